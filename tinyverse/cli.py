@@ -1,0 +1,192 @@
+"""The runner: ``python -m tinyverse [EXPERIMENT.py] MODE [options]``.
+
+Each mode is one small function; its docstring is its --help. The CLI only
+parses arguments, opens the database and the experiment, and turns errors
+into one line and a non-zero exit.
+"""
+
+import argparse
+import logging
+import os
+import sqlite3
+import sys
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import numpy as np
+import redis
+
+from . import __version__
+from .database import connect
+from .errors import TinyverseError
+from .evaluation import evaluate
+from .experiment import load_experiment
+from .player import play
+from .trainer import train
+from .workers import kill_local
+
+log = logging.getLogger("tinyverse")
+
+
+def mode_play(args):
+    """Play B environments and record sessions into the database (runs until stopped)."""
+    db = _db(args)
+    play(_exp(args, db), db, args.batch_size, args.sessions, args.sync_every, args.buffer_size, args.seed)
+
+
+def mode_train(args):
+    """Train on sessions sampled from the database and publish params (runs until stopped)."""
+    db = _db(args)
+    train(_exp(args, db), db, args.batch_size, args.steps, args.save_every, args.buffer_size)
+
+
+def mode_eval(args):
+    """Play N full episodes with the latest params and print each return and mean ± std."""
+    db = _db(args, retry_for=30)
+    evaluate(_exp(args, db), db, args.episodes, None if args.no_record else args.record, args.seed)
+
+
+def mode_clear(args):
+    """Kill local workers and/or delete sessions, params and metrics (--all: everything)."""
+    picked = [args.del_sessions, args.del_weights, args.del_metrics, args.kill_players, args.kill_trainers]
+    if not (args.all or any(picked)):
+        raise TinyverseError(
+            "say what to clear: --all, --del-sessions, --del-weights, --del-metrics, --kill-players or --kill-trainers"
+        )
+    for db in _namespaces(args):
+        roles = {r for r, on in (("player", args.kill_players), ("trainer", args.kill_trainers)) if on or args.all}
+        for w in db.workers():
+            if w.get("role") in roles:
+                print(f"{db.prefix}: {kill_local(w)}")
+                db.remove_worker(w["id"])
+        what = dict(sessions=args.del_sessions, params=args.del_weights, metrics=args.del_metrics)
+        what = {k: v or args.all for k, v in what.items()}
+        db.clear(**what, workers=args.all)
+        print(f"{db.prefix}: cleared {', '.join(k for k, v in what.items() if v) or 'no data'}")
+
+
+def mode_info(args):
+    """Show sessions, params, live workers and recent returns for the database."""
+    for db in _namespaces(args):
+        stored, added = db.count_sessions()
+        version = db.params_version()
+        print(f"[{db.prefix}] {db.url}")
+        print(f"  sessions  {stored} stored of {db.capacity() or '?'} capacity ({added} ever added)")
+        print(f"  params    {'none' if version is None else f'version {version}'}")
+        for w in db.workers():
+            rate = w.get("steps_per_s") or w.get("updates_per_s") or 0
+            print(
+                f"  {w['role']:<8}  {w['host']} pid {w['pid']}  up {time.time() - w['started']:.0f}s  "
+                f"{rate}/s  params v{w.get('version')}"
+            )
+        returns = [m["return"] for m in db.metrics("episodes", 100)]
+        if returns:
+            print(
+                f"  returns   last {len(returns)}: mean {np.mean(returns):.1f} "
+                f"min {np.min(returns):.1f} max {np.max(returns):.1f}"
+            )
+
+
+MODES = {"play": mode_play, "train": mode_train, "eval": mode_eval, "clear": mode_clear, "info": mode_info}
+NEEDS_EXPERIMENT = {"play", "train", "eval"}
+
+
+def _db(args, retry_for=None):
+    return connect(args.db, args.prefix, retry_for=retry_for)
+
+
+def _exp(args, db):
+    return load_experiment(args.experiment, db)
+
+
+def _namespaces(args):
+    """The experiment's namespace, or every namespace when no experiment or prefix is named."""
+    db = _db(args, retry_for=5)
+    if args.experiment or args.prefix_given:
+        return [db]
+    return [connect(args.db, p, retry_for=5) for p in db.namespaces()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    g = common.add_argument_group("database")
+    g.add_argument("--db", help="sqlite:///file.db (default, $TINYVERSE_DB) or redis://[:password@]host:port/0")
+    g.add_argument("--host", help="Redis host: shorthand for --db redis://HOST:PORT/0")
+    g.add_argument("--port", type=int, help="Redis port (default 6379)")
+    g.add_argument("--password", help="Redis password")
+    g.add_argument("--prefix", "--key-prefix", help="namespace in the database (default: the experiment's name)")
+    g.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    g.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+
+    parser = argparse.ArgumentParser(
+        prog="python -m tinyverse",
+        usage="python -m tinyverse [EXPERIMENT.py] MODE [options]",
+        description="tinyverse: players record sessions, trainers learn from them, all through one database.",
+        epilog="example: python -m tinyverse examples/cartpole_dqn.py play -b 4",
+    )
+    parser.add_argument("--version", action="version", version=f"tinyverse {__version__}")
+    sub = parser.add_subparsers(dest="mode", metavar="MODE", required=True)
+    p = {}
+    for name, fn in MODES.items():
+        doc = fn.__doc__.strip()
+        p[name] = sub.add_parser(name, parents=[common], help=doc, description=doc)
+    p["play"].add_argument("-b", "--batch-size", type=int, default=1, help="environments played at once")
+    p["play"].add_argument("-n", "--sessions", type=int, help="rounds of sessions to record, then exit")
+    p["play"].add_argument("-s", "--sync-every", type=int, default=1, help="check for new params every S rounds")
+    p["play"].add_argument("--seed", type=int, help="seed of the environments")
+    p["train"].add_argument("-b", "--batch-size", type=int, default=32, help="sessions per minibatch")
+    p["train"].add_argument("-n", "--steps", type=int, help="updates to run, then exit")
+    p["train"].add_argument("-s", "--save-every", type=int, default=100, help="publish params every S updates")
+    for name in ("play", "train"):
+        p[name].add_argument("--buffer-size", type=int, help="sessions kept in the database (oldest evicted)")
+    p["eval"].add_argument("-n", "--episodes", type=int, default=10, help="full episodes to play")
+    p["eval"].add_argument("--record", default="records", help="directory for mp4 videos (default ./records)")
+    p["eval"].add_argument("--no-record", action="store_true", help="no video")
+    p["eval"].add_argument("--seed", type=int, help="seed of the first episode")
+    p["clear"].add_argument("--all", action="store_true", help="all of the below")
+    p["clear"].add_argument("--del-sessions", action="store_true", help="delete recorded sessions")
+    p["clear"].add_argument("--del-weights", "--del-params", action="store_true", help="delete params")
+    p["clear"].add_argument("--del-metrics", action="store_true", help="delete returns and trainer metrics")
+    p["clear"].add_argument("--kill-players", action="store_true", help="stop this machine's players")
+    p["clear"].add_argument("--kill-trainers", action="store_true", help="stop this machine's trainers")
+    return parser
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    experiment = None
+    if argv and argv[0] not in MODES and not argv[0].startswith("-"):
+        experiment, argv = argv[0], argv[1:]
+    args = build_parser().parse_args(argv)
+    args.experiment = experiment
+    if args.mode in NEEDS_EXPERIMENT and experiment is None:
+        raise TinyverseError(f"{args.mode} needs an experiment: python -m tinyverse EXPERIMENT.py {args.mode}")
+    args.prefix_given = args.prefix is not None
+    if args.prefix is None:
+        args.prefix = Path(experiment).stem if experiment else "tinyverse"
+    if args.host or args.port or args.password:
+        auth = f":{quote(args.password, safe='')}@" if args.password else ""
+        args.db = f"redis://{auth}{args.host or 'localhost'}:{args.port or 6379}/0"
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse(argv)
+        level = logging.WARNING if args.quiet else logging.DEBUG if args.verbose > 1 else logging.INFO
+        logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s: %(message)s", datefmt="%H:%M:%S")
+        MODES[args.mode](args)
+        return 0
+    except TinyverseError as e:
+        print(f"tinyverse: error: {e}", file=sys.stderr)
+    except redis.RedisError as e:
+        print(f"tinyverse: error: Redis: {e} (check --db, --password, and that redis-server runs)", file=sys.stderr)
+    except sqlite3.Error as e:
+        print(f"tinyverse: error: SQLite: {e} (check the --db path)", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("tinyverse: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        os._exit(0)
+    return 1

@@ -1,0 +1,187 @@
+"""The database contract that players, trainers and tools share.
+
+A backend implements a few ``_primitives`` (each one or two native calls) and
+inherits everything else: encoding, decoding with skipping of bad records,
+waiting out an unreachable server with backoff. Every backend runs the same
+conformance suite, ``tests/test_database.py``.
+
+Stored per namespace (``prefix``):
+
+- sessions: a ring of encoded sessions with ids 1, 2, 3, ...; an append evicts
+  the oldest beyond ``capacity``; sampling draws ids uniformly from the stored
+  range, so its cost does not depend on how many are stored;
+- params: one encoded params set with a version that only grows;
+- workers: JSON heartbeats that expire; metrics: bounded JSON lists by kind;
+- meta: small settings such as ``capacity``.
+"""
+
+import json
+import logging
+import random
+import re
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..encoding import decode, encode
+from ..errors import DatabaseError, RecordError
+
+log = logging.getLogger(__name__)
+
+Arrays = dict[str, np.ndarray]
+PREFIX_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+METRICS_LIMIT = 100_000  # records kept per metrics kind
+
+
+class Database(ABC):
+    """Sessions, params, workers and metrics of one namespace."""
+
+    def __init__(self, url: str, prefix: str = "tinyverse", retry_for: float | None = None):
+        if not PREFIX_RE.match(prefix):
+            raise DatabaseError(f"bad prefix {prefix!r}: use 1-64 letters, digits, '_', '.' or '-'")
+        self.url, self.prefix, self.retry_for = url, prefix, retry_for
+        self.skipped = 0  # records that failed to decode
+
+    # -- waiting out an unreachable database ------------------------------------
+    def _call(self, fn: Callable, *args: Any) -> Any:
+        start, delay, warned = time.monotonic(), 0.2, False
+        while True:
+            try:
+                result = fn(*args)
+                if warned:
+                    log.warning("database %s is back", self.url)
+                return result
+            except Exception as e:
+                if not self._is_transient(e):
+                    raise
+                waited = time.monotonic() - start
+                if self.retry_for is not None and waited >= self.retry_for:
+                    raise DatabaseError(
+                        f"cannot reach database {self.url} ({type(e).__name__}: {e}); "
+                        "start the server or pass --db sqlite:///tinyverse.db"
+                    ) from None
+                if not warned:
+                    log.warning("database %s unreachable (%s); waiting with backoff", self.url, e)
+                    warned = True
+                time.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    # -- sessions ---------------------------------------------------------------
+    def add_sessions(self, sessions: list[Arrays], capacity: int = 100_000) -> None:
+        """Append sessions atomically; ``capacity`` applies if none is stored yet."""
+        self._call(self._add, [encode(s) for s in sessions], int(capacity))
+
+    def sample_sessions(self, n: int) -> list[Arrays]:
+        """``n`` sessions drawn uniformly (with replacement) in one round trip."""
+        out = []
+        for blob in self._call(self._sample, n):
+            try:
+                out.append(decode(blob))
+            except RecordError as e:
+                self.skipped += 1
+                log.warning("skipped a session in %s: %s", self.prefix, e)
+        return out
+
+    def count_sessions(self) -> tuple[int, int]:
+        """(stored now, ever added)."""
+        return self._call(self._count)
+
+    def set_capacity(self, capacity: int) -> None:
+        """Keep at most ``capacity`` sessions; the next append evicts the rest."""
+        if capacity < 1:
+            raise DatabaseError(f"buffer size must be positive, got {capacity}")
+        self._call(self._set_meta, "capacity", str(int(capacity)))
+
+    def capacity(self) -> int | None:
+        value = self._call(self._get_meta, "capacity")
+        return None if value is None else int(value)
+
+    # -- params -----------------------------------------------------------------
+    def save_params(self, params: Arrays, min_version: int = 0, if_absent: bool = False) -> int | None:
+        """Store params with version max(stored + 1, min_version); return it.
+
+        With ``if_absent`` nothing is written (and None returned) when params
+        exist, so a random init never overwrites trained params.
+        """
+        return self._call(self._save_params, encode(params), int(min_version), if_absent)
+
+    def load_params(self) -> tuple[int, Arrays] | None:
+        """(version, params) or None when none are stored."""
+        found = self._call(self._load_params)
+        return None if found is None else (found[0], decode(found[1]))
+
+    def params_version(self) -> int | None:
+        return self._call(self._params_version)
+
+    # -- workers ----------------------------------------------------------------
+    def heartbeat(self, worker_id: str, info: dict, ttl: float = 10.0) -> None:
+        self._call(self._heartbeat, worker_id, json.dumps(info), float(ttl))
+
+    def workers(self) -> list[dict]:
+        return [json.loads(s) for s in self._call(self._workers)]
+
+    def remove_worker(self, worker_id: str) -> None:
+        self._call(self._remove_worker, worker_id)
+
+    # -- metrics ----------------------------------------------------------------
+    def add_metrics(self, kind: str, records: list[dict]) -> None:
+        if records:
+            self._call(self._add_metrics, kind, [json.dumps(r) for r in records], METRICS_LIMIT)
+
+    def metrics(self, kind: str, last: int = METRICS_LIMIT) -> list[dict]:
+        return [json.loads(s) for s in self._call(self._metrics, kind, int(last))]
+
+    # -- housekeeping -----------------------------------------------------------
+    def clear(self, sessions=False, params=False, workers=False, metrics=False) -> None:
+        what = {k for k, v in locals().items() if v is True}
+        self._call(self._clear, what)
+
+    def namespaces(self) -> list[str]:
+        """Every prefix that has data in this database."""
+        return sorted(self._call(self._namespaces))
+
+    def close(self) -> None:  # noqa: B027 - backends without connections need nothing
+        """Release connections."""
+
+    @staticmethod
+    def _draw(lo: int, hi: int, n: int) -> list[int]:
+        return [random.randint(lo, hi) for _ in range(n)]
+
+    # -- what a backend implements ----------------------------------------------
+    @abstractmethod
+    def _is_transient(self, error: Exception) -> bool:
+        """True for errors worth waiting out: server down, database locked."""
+
+    @abstractmethod
+    def _add(self, blobs: list[bytes], capacity: int) -> None: ...
+    @abstractmethod
+    def _sample(self, n: int) -> list[bytes]: ...
+    @abstractmethod
+    def _count(self) -> tuple[int, int]: ...
+    @abstractmethod
+    def _set_meta(self, key: str, value: str) -> None: ...
+    @abstractmethod
+    def _get_meta(self, key: str) -> str | None: ...
+    @abstractmethod
+    def _save_params(self, blob: bytes, min_version: int, if_absent: bool) -> int | None: ...
+    @abstractmethod
+    def _load_params(self) -> tuple[int, bytes] | None: ...
+    @abstractmethod
+    def _params_version(self) -> int | None: ...
+    @abstractmethod
+    def _heartbeat(self, worker_id: str, info: str, ttl: float) -> None: ...
+    @abstractmethod
+    def _workers(self) -> list[str]: ...
+    @abstractmethod
+    def _remove_worker(self, worker_id: str) -> None: ...
+    @abstractmethod
+    def _add_metrics(self, kind: str, records: list[str], limit: int) -> None: ...
+    @abstractmethod
+    def _metrics(self, kind: str, last: int) -> list[str]: ...
+    @abstractmethod
+    def _clear(self, what: set[str]) -> None: ...
+    @abstractmethod
+    def _namespaces(self) -> list[str]: ...

@@ -1,0 +1,142 @@
+"""Redis backend: many machines share one server.
+
+Sessions live in one hash keyed by id; ``seq`` counts ids handed out and
+``lo`` is the oldest id kept, so the stored ids are ``lo..seq``. Appending,
+evicting and counting happen in one Lua script, atomic for every reader; a
+batch is fetched with one HMGET. Keys are ``{prefix}:{name}``.
+"""
+
+import time
+
+import redis
+
+from .base import Database
+
+NAMESPACES = "tinyverse:namespaces"
+
+ADD = """
+local cap = tonumber(redis.call('HGET', KEYS[4], 'capacity'))
+if not cap then cap = tonumber(ARGV[1]); redis.call('HSET', KEYS[4], 'capacity', cap) end
+local id = 0
+for i = 2, #ARGV do
+  id = redis.call('INCR', KEYS[2])
+  redis.call('HSET', KEYS[1], id, ARGV[i])
+end
+local lo = tonumber(redis.call('GET', KEYS[3]) or '1')
+while id - lo + 1 > cap do redis.call('HDEL', KEYS[1], lo); lo = lo + 1 end
+redis.call('SET', KEYS[3], lo)
+"""
+
+SET_CAPACITY = """
+redis.call('HSET', KEYS[4], 'capacity', ARGV[1])
+local id = tonumber(redis.call('GET', KEYS[2]) or '0')
+local lo = tonumber(redis.call('GET', KEYS[3]) or '1')
+while id - lo + 1 > tonumber(ARGV[1]) do redis.call('HDEL', KEYS[1], lo); lo = lo + 1 end
+redis.call('SET', KEYS[3], lo)
+"""
+
+SAVE_PARAMS = """
+if ARGV[3] == '1' and redis.call('HEXISTS', KEYS[1], 'data') == 1 then return false end
+local v = math.max(tonumber(redis.call('HGET', KEYS[1], 'version') or '0') + 1, tonumber(ARGV[2]))
+redis.call('HSET', KEYS[1], 'version', v, 'time', ARGV[4], 'data', ARGV[1])
+return v
+"""
+
+
+class RedisDatabase(Database):
+    def __init__(self, url: str, prefix: str = "tinyverse", retry_for: float | None = None):
+        super().__init__(url, prefix, retry_for)
+        self.r = redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=5, health_check_interval=10)
+        self.k = {n: f"{prefix}:{n}" for n in ("sessions", "seq", "lo", "meta", "params")}
+        self.ring = [self.k["sessions"], self.k["seq"], self.k["lo"], self.k["meta"]]
+        self.scripts = {
+            name: self.r.register_script(src)
+            for name, src in [("add", ADD), ("capacity", SET_CAPACITY), ("params", SAVE_PARAMS)]
+        }
+        self._call(self.r.sadd, NAMESPACES, prefix)
+
+    def _is_transient(self, e):
+        return isinstance(e, (redis.ConnectionError, redis.TimeoutError)) or (
+            isinstance(e, redis.ResponseError) and str(e).startswith("LOADING")
+        )
+
+    def _add(self, blobs, capacity):
+        self.scripts["add"](keys=self.ring, args=[capacity, *blobs])
+
+    def _sample(self, n):
+        out: list[bytes] = []
+        for _ in range(10):  # ids evicted between reading the range and the rows are redrawn
+            lo, hi = self._range()
+            if hi < lo:
+                return out
+            ids = self._draw(lo, hi, n - len(out))
+            out += [b for b in self.r.hmget(self.k["sessions"], ids) if b is not None]
+            if len(out) == n:
+                break
+        return out
+
+    def _range(self) -> tuple[int, int]:
+        lo, hi = self.r.mget(self.k["lo"], self.k["seq"])
+        return int(lo or 1), int(hi or 0)
+
+    def _count(self):
+        lo, hi = self._range()
+        return max(hi - lo + 1, 0), hi
+
+    def _set_meta(self, key, value):
+        if key == "capacity":
+            self.scripts["capacity"](keys=self.ring, args=[value])
+        else:
+            self.r.hset(self.k["meta"], key, value)
+
+    def _get_meta(self, key):
+        value = self.r.hget(self.k["meta"], key)
+        return None if value is None else value.decode()
+
+    def _save_params(self, blob, min_version, if_absent):
+        return self.scripts["params"](keys=[self.k["params"]], args=[blob, min_version, int(if_absent), time.time()])
+
+    def _load_params(self):
+        version, data = self.r.hmget(self.k["params"], ["version", "data"])
+        return None if data is None else (int(version), data)
+
+    def _params_version(self):
+        version = self.r.hget(self.k["params"], "version")
+        return None if version is None else int(version)
+
+    def _heartbeat(self, worker_id, info, ttl):
+        self.r.set(f"{self.prefix}:worker:{worker_id}", info, px=int(ttl * 1000))
+
+    def _workers(self):
+        keys = sorted(self.r.scan_iter(match=f"{self.prefix}:worker:*", count=1000))
+        return [v.decode() for v in self.r.mget(keys) if v is not None] if keys else []
+
+    def _remove_worker(self, worker_id):
+        self.r.delete(f"{self.prefix}:worker:{worker_id}")
+
+    def _add_metrics(self, kind, records, limit):
+        key = f"{self.prefix}:metrics:{kind}"
+        with self.r.pipeline(transaction=True) as p:
+            p.rpush(key, *records).ltrim(key, -limit, -1).execute()
+
+    def _metrics(self, kind, last):
+        return [v.decode() for v in self.r.lrange(f"{self.prefix}:metrics:{kind}", -last, -1)]
+
+    def _clear(self, what):
+        keys = []
+        if "sessions" in what:  # keep seq (sessions ever added); start the ring after it
+            with self.r.pipeline(transaction=True) as p:
+                p.unlink(self.k["sessions"]).set(self.k["lo"], int(self.r.get(self.k["seq"]) or 0) + 1).execute()
+        if "params" in what:
+            keys.append(self.k["params"])
+        for name, pattern in (("workers", "worker:*"), ("metrics", "metrics:*")):
+            if name in what:
+                keys += self.r.scan_iter(match=f"{self.prefix}:{pattern}", count=1000)
+        if keys:
+            self.r.unlink(*keys)
+
+    def _namespaces(self):
+        return [p.decode() for p in self.r.smembers(NAMESPACES)]
+
+    def close(self):
+        self.r.close()

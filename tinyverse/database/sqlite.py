@@ -1,0 +1,184 @@
+"""Embedded SQLite backend: one file, many processes on one machine.
+
+WAL mode lets readers run beside one writer; ``BEGIN IMMEDIATE`` takes the
+write lock up front so an append and its eviction are one transaction; a busy
+timeout makes concurrent writers queue instead of failing. Ids grow by one per
+session and only the oldest are deleted, so the stored ids are exactly
+``min(id)..max(id)`` and sampling picks ids in that range.
+"""
+
+import sqlite3
+import threading
+import time
+
+from ..errors import DatabaseError
+from .base import Database
+
+TABLES = {
+    "sessions": "id INTEGER PRIMARY KEY AUTOINCREMENT, data BLOB NOT NULL",
+    "params": "one INTEGER PRIMARY KEY CHECK (one = 1), version INTEGER, time REAL, data BLOB",
+    "meta": "key TEXT PRIMARY KEY, value TEXT",
+    "workers": "id TEXT PRIMARY KEY, info TEXT, expires REAL",
+    "metrics": "id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT, data TEXT",
+}
+
+
+class SQLiteDatabase(Database):
+    def _is_transient(self, e):
+        return isinstance(e, sqlite3.OperationalError) and ("locked" in str(e) or "busy" in str(e))
+
+    def __init__(self, url: str, prefix: str = "tinyverse", retry_for: float | None = None):
+        super().__init__(url, prefix, retry_for)
+        self.path = url.split("sqlite://", 1)[1].removeprefix("/") or "tinyverse.db"
+        self.t = {name: f'"{prefix}:{name}"' for name in TABLES}
+        self._local = threading.local()
+        try:
+            with self._write() as db:
+                for name, columns in TABLES.items():
+                    db.execute(f"CREATE TABLE IF NOT EXISTS {self.t[name]} ({columns})")
+                db.execute(f'CREATE INDEX IF NOT EXISTS "{prefix}:metrics_kind" ON {self.t["metrics"]} (kind, id)')
+        except sqlite3.DatabaseError as e:
+            raise DatabaseError(f"cannot open SQLite database {self.path} ({e}); check the --db path") from None
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+        return conn
+
+    def _write(self):
+        return _Transaction(self.db)
+
+    def _call(self, fn, *args):
+        try:
+            return super()._call(fn, *args)
+        except sqlite3.DatabaseError as e:  # not transient: a corrupt file, a vanished directory
+            raise DatabaseError(f"SQLite database {self.path}: {e}") from None
+
+    def _range(self, db) -> tuple[int | None, int | None]:
+        s = self.t["sessions"]
+        return db.execute(f"SELECT (SELECT min(id) FROM {s}), (SELECT max(id) FROM {s})").fetchone()
+
+    def _add(self, blobs, capacity):
+        with self._write() as db:
+            row = db.execute(f"SELECT value FROM {self.t['meta']} WHERE key = 'capacity'").fetchone()
+            if row is None:
+                db.execute(f"INSERT INTO {self.t['meta']} VALUES ('capacity', ?)", (str(capacity),))
+            else:
+                capacity = int(row[0])
+            db.executemany(f"INSERT INTO {self.t['sessions']} (data) VALUES (?)", [(b,) for b in blobs])
+            last = db.execute("SELECT last_insert_rowid()").fetchone()[0]
+            db.execute(f"DELETE FROM {self.t['sessions']} WHERE id <= ?", (last - capacity,))
+
+    def _sample(self, n):
+        out: list[bytes] = []
+        for _ in range(10):  # ids evicted between reading the range and the rows are redrawn
+            lo, hi = self._range(self.db)
+            if lo is None:
+                return out
+            ids = self._draw(lo, hi, n - len(out))
+            marks = ",".join("?" * len(set(ids)))
+            sql = f"SELECT id, data FROM {self.t['sessions']} WHERE id IN ({marks})"
+            found = dict(self.db.execute(sql, list(set(ids))).fetchall())
+            out += [found[i] for i in ids if i in found]
+            if len(out) == n:
+                break
+        return out
+
+    def _count(self):
+        lo, hi = self._range(self.db)
+        seq = self.db.execute("SELECT seq FROM sqlite_sequence WHERE name = ?", (self.t["sessions"][1:-1],))
+        added = (seq.fetchone() or (0,))[0]
+        return (0 if lo is None else hi - lo + 1), added
+
+    def _set_meta(self, key, value):
+        with self._write() as db:
+            db.execute(f"INSERT OR REPLACE INTO {self.t['meta']} VALUES (?, ?)", (key, value))
+            if key == "capacity":  # evict at once, not only on the next append
+                lo, hi = self._range(db)
+                if hi is not None:
+                    db.execute(f"DELETE FROM {self.t['sessions']} WHERE id <= ?", (hi - int(value),))
+
+    def _get_meta(self, key):
+        row = self.db.execute(f"SELECT value FROM {self.t['meta']} WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def _save_params(self, blob, min_version, if_absent):
+        with self._write() as db:
+            row = db.execute(f"SELECT version FROM {self.t['params']}").fetchone()
+            if row is not None and if_absent:
+                return None
+            version = max((row[0] if row else 0) + 1, min_version)
+            db.execute(f"INSERT OR REPLACE INTO {self.t['params']} VALUES (1, ?, ?, ?)", (version, time.time(), blob))
+            return version
+
+    def _load_params(self):
+        return self.db.execute(f"SELECT version, data FROM {self.t['params']}").fetchone()
+
+    def _params_version(self):
+        row = self.db.execute(f"SELECT version FROM {self.t['params']}").fetchone()
+        return None if row is None else row[0]
+
+    def _heartbeat(self, worker_id, info, ttl):
+        with self._write() as db:
+            db.execute(f"DELETE FROM {self.t['workers']} WHERE expires < ?", (time.time(),))
+            db.execute(
+                f"INSERT OR REPLACE INTO {self.t['workers']} VALUES (?, ?, ?)", (worker_id, info, time.time() + ttl)
+            )
+
+    def _workers(self):
+        sql = f"SELECT info FROM {self.t['workers']} WHERE expires >= ? ORDER BY id"
+        return [r[0] for r in self.db.execute(sql, (time.time(),))]
+
+    def _remove_worker(self, worker_id):
+        with self._write() as db:
+            db.execute(f"DELETE FROM {self.t['workers']} WHERE id = ?", (worker_id,))
+
+    def _add_metrics(self, kind, records, limit):
+        m = self.t["metrics"]
+        with self._write() as db:
+            db.executemany(f"INSERT INTO {m} (kind, data) VALUES (?, ?)", [(kind, r) for r in records])
+            cut = db.execute(f"SELECT id FROM {m} WHERE kind = ? ORDER BY id DESC LIMIT 1 OFFSET ?", (kind, limit))
+            row = cut.fetchone()
+            if row is not None:
+                db.execute(f"DELETE FROM {m} WHERE kind = ? AND id <= ?", (kind, row[0]))
+
+    def _metrics(self, kind, last):
+        sql = f"SELECT data FROM (SELECT id, data FROM {self.t['metrics']} WHERE kind = ? ORDER BY id DESC LIMIT ?)"
+        return [r[0] for r in self.db.execute(sql + " ORDER BY id", (kind, last))]
+
+    def _clear(self, what):
+        with self._write() as db:
+            for name in what:
+                db.execute(f"DELETE FROM {self.t[name]}")
+
+    def _namespaces(self):
+        rows = self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE '%:params'")
+        return [r[0].rsplit(":", 1)[0] for r in rows]
+
+    def close(self):
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+
+class _Transaction:
+    """``with`` block around ``BEGIN IMMEDIATE`` ... ``COMMIT`` (rolled back on error)."""
+
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.db.execute("BEGIN IMMEDIATE")
+        return self.db
+
+    def __exit__(self, kind, value, tb):
+        if kind is None:
+            self.db.execute("COMMIT")
+        elif self.db.in_transaction:
+            self.db.execute("ROLLBACK")

@@ -1,0 +1,148 @@
+"""The play loop: keep B environments running, record sessions, pick up new params."""
+
+import itertools
+import logging
+import time
+import zlib
+
+import numpy as np
+
+from .experiment import Experiment, check_params
+from .workers import StopFlag, Worker
+
+log = logging.getLogger(__name__)
+
+
+def default_buffer_size(exp: Experiment, session_bytes: int, budget: float = 2**30) -> int:
+    """The experiment's buffer_size, else as many sessions as fit ``budget`` bytes (≤ 10^6)."""
+    return exp.buffer_size or int(min(10**6, max(1000, budget // max(session_bytes, 1))))
+
+
+def sync_params(exp: Experiment, db, version: int | None) -> int | None:
+    """Load params into ``exp`` if the stored version differs from ``version``."""
+    stored = db.params_version()
+    if stored is None or stored == version:
+        return version
+    found = db.load_params()
+    if found is None:  # deleted in between
+        return version
+    check_params(exp.get_params(), found[1], f"database {db.url} (prefix {db.prefix})")
+    exp.set_params(found[1])
+    return found[0]
+
+
+def play(
+    exp: Experiment,
+    db,
+    batch_size: int = 1,
+    sessions: int | None = None,
+    sync_every: int = 1,
+    buffer_size: int | None = None,
+    seed: int | None = None,
+) -> int:
+    """Play ``batch_size`` environments, storing one session per environment per round.
+
+    Runs ``sessions`` rounds (for ever if None), checks the params version
+    every ``sync_every`` rounds, seeds random-init params when none are stored.
+    Returns the number of sessions stored.
+    """
+    rng = np.random.default_rng(seed)
+    envs = [exp.make_env() for _ in range(batch_size)]
+    obs = np.stack([env.reset(seed=int(rng.integers(2**31)))[0] for env in envs])
+    memory = exp.initial_memory(batch_size)
+    worker = Worker(db, "player")
+    tag = np.int64(zlib.crc32(worker.id.encode()))
+    if db.save_params(exp.get_params(), if_absent=True) is not None:
+        log.info("no params in the database: stored this player's random init")
+    version = sync_params(exp, db, None)
+    ep_return, ep_length = np.zeros(batch_size), np.zeros(batch_size, dtype=np.int64)
+    T, stored, steps, capacity = exp.session_length, 0, 0, buffer_size
+    started = time.monotonic()
+    with StopFlag() as flag:
+        try:
+            for rnd in range(sessions) if sessions is not None else itertools.count():
+                if flag.stop:
+                    break
+                if rnd % sync_every == 0 and rnd:
+                    version = sync_params(exp, db, version)
+                rec = _Recorder(obs, memory, T)
+                finished = []
+                for t in range(T):
+                    actions, memory = exp.act(obs, memory)
+                    actions = np.asarray(actions)
+                    for i, env in enumerate(envs):
+                        o, r, term, trunc, _ = env.step(actions[i])
+                        ep_return[i] += r
+                        ep_length[i] += 1
+                        rec.tick(i, t, actions[i], r, term, trunc)
+                        if term or trunc:
+                            rec.final(i, t, o)
+                            finished.append({"return": float(ep_return[i]), "length": int(ep_length[i])})
+                            ep_return[i], ep_length[i] = 0, 0
+                            o, _ = env.reset()
+                            for k, v in exp.initial_memory(1).items():
+                                memory[k][i] = v[0]
+                        obs[i] = o
+                    rec.obs[:, t + 1] = obs
+                steps += T * batch_size
+                info = {f"info.{k}": np.float64(v) for k, v in exp.session_info().items()}
+                meta = {"version": np.int64(version or 0), "worker": tag, **info}
+                batch = rec.sessions(meta)
+                if capacity is None:
+                    capacity = default_buffer_size(exp, sum(a.nbytes for a in batch[0].values()))
+                db.add_sessions(batch, capacity=capacity)
+                stored += batch_size
+                if finished:
+                    added = db.count_sessions()[1]
+                    now = time.time()
+                    for f in finished:
+                        f.update(time=now, steps=added * T, worker=worker.id, version=version)
+                    db.add_metrics("episodes", finished)
+                    log.info("episode return %.1f (length %d)", finished[-1]["return"], finished[-1]["length"])
+                rate = steps / max(time.monotonic() - started, 1e-9)
+                worker.beat(steps=steps, sessions=stored, version=version, steps_per_s=round(rate, 1))
+        finally:
+            for env in envs:
+                env.close()
+            worker.leave()
+    return stored
+
+
+class _Recorder:
+    """Preallocated arrays for one round of B sessions."""
+
+    def __init__(self, obs: np.ndarray, memory: dict, T: int):
+        B = len(obs)
+        self.obs = np.zeros((B, T + 1, *obs.shape[1:]), obs.dtype)
+        self.obs[:, 0] = obs
+        self.final_obs = np.zeros((B, T, *obs.shape[1:]), obs.dtype)
+        self.actions = None
+        self.rewards = np.zeros((B, T), np.float32)
+        self.terminated = np.zeros((B, T), bool)
+        self.truncated = np.zeros((B, T), bool)
+        self.memory = {f"memory.{k}": np.array(v) for k, v in memory.items()}
+        self.T = T
+
+    def tick(self, i, t, action, reward, terminated, truncated):
+        if self.actions is None:
+            a = np.asarray(action)
+            self.actions = np.zeros((len(self.obs), self.T, *a.shape), a.dtype)
+        self.actions[i, t] = action
+        self.rewards[i, t] = reward
+        self.terminated[i, t] = terminated
+        self.truncated[i, t] = truncated
+
+    def final(self, i, t, observation):
+        self.final_obs[i, t] = observation
+
+    def sessions(self, meta: dict) -> list[dict[str, np.ndarray]]:
+        arrays = {
+            "observations": self.obs,
+            "final_observations": self.final_obs,
+            "actions": self.actions,
+            "rewards": self.rewards,
+            "terminated": self.terminated,
+            "truncated": self.truncated,
+            **self.memory,
+        }
+        return [{**{k: v[i] for k, v in arrays.items()}, **meta} for i in range(len(self.obs))]
