@@ -8,6 +8,7 @@ into one line and a non-zero exit.
 import argparse
 import logging
 import os
+import socket
 import sqlite3
 import sys
 import time
@@ -22,6 +23,7 @@ from .database import connect
 from .errors import TinyverseError
 from .evaluation import evaluate
 from .experiment import load_experiment
+from .launcher import run_fleet
 from .player import play
 from .trainer import train
 from .workers import kill_local
@@ -32,13 +34,35 @@ log = logging.getLogger("tinyverse")
 def mode_play(args):
     """Play B environments and record sessions into the database (runs until stopped)."""
     db = _db(args)
-    play(_exp(args, db), db, args.batch_size, args.sessions, args.sync_every, args.buffer_size, args.seed)
+    exp = _exp(args, db)
+    b = args.batch_size or exp.play_batch_size
+    play(exp, db, b, args.sessions, args.sync_every, args.buffer_size, args.seed)
 
 
 def mode_train(args):
     """Train on sessions sampled from the database and publish params (runs until stopped)."""
     db = _db(args)
-    train(_exp(args, db), db, args.batch_size, args.steps, args.save_every, args.buffer_size)
+    exp = _exp(args, db)
+    train(exp, db, args.batch_size or exp.train_batch_size, args.steps, args.save_every, args.buffer_size)
+
+
+def mode_run(args):
+    """Start players and trainers on this machine, supervise them, stop them, then eval."""
+    db = _db(args)
+    exp = _exp(args, db)
+    common = ["--db", db.url, "--prefix", db.prefix, "-q"]
+    play_args = ["-b", str(args.batch_size or exp.play_batch_size), *common]
+    train_args = ["-b", str(args.train_batch or exp.train_batch_size), *common]
+    if args.buffer_size:
+        play_args += ["--buffer-size", str(args.buffer_size)]
+        train_args += ["--buffer-size", str(args.buffer_size)]
+    base = [sys.executable, "-m", "tinyverse", args.experiment]
+    reason = run_fleet(
+        exp, db, base, args.players, args.trainers, play_args, train_args, args.steps, args.target_return
+    )
+    print(f"run stopped: {reason}")
+    if args.eval_episodes:
+        evaluate(exp, db, args.eval_episodes, None)
 
 
 def mode_eval(args):
@@ -57,9 +81,14 @@ def mode_clear(args):
     for db in _namespaces(args):
         roles = {r for r, on in (("player", args.kill_players), ("trainer", args.kill_trainers)) if on or args.all}
         for w in db.workers():
-            if w.get("role") in roles:
+            if w.get("role") not in roles:
+                continue
+            if w.get("host") == socket.gethostname():
                 print(f"{db.prefix}: {kill_local(w)}")
                 db.remove_worker(w["id"])
+            else:  # another machine: it stops at its next heartbeat
+                db.request_stop(w["id"])
+                print(f"{db.prefix}: asked {w['role']} pid {w['pid']} on {w['host']} to stop")
         what = dict(sessions=args.del_sessions, params=args.del_weights, metrics=args.del_metrics)
         what = {k: v or args.all for k, v in what.items()}
         db.clear(**what, workers=args.all)
@@ -88,8 +117,15 @@ def mode_info(args):
             )
 
 
-MODES = {"play": mode_play, "train": mode_train, "eval": mode_eval, "clear": mode_clear, "info": mode_info}
-NEEDS_EXPERIMENT = {"play", "train", "eval"}
+MODES = {
+    "play": mode_play,
+    "train": mode_train,
+    "run": mode_run,
+    "eval": mode_eval,
+    "clear": mode_clear,
+    "info": mode_info,
+}
+NEEDS_EXPERIMENT = {"play", "train", "run", "eval"}
 
 
 def _db(args, retry_for=None):
@@ -131,14 +167,21 @@ def build_parser() -> argparse.ArgumentParser:
     for name, fn in MODES.items():
         doc = fn.__doc__.strip()
         p[name] = sub.add_parser(name, parents=[common], help=doc, description=doc)
-    p["play"].add_argument("-b", "--batch-size", type=int, default=1, help="environments played at once")
+    p["play"].add_argument("-b", "--batch-size", type=int, help="environments played at once (default: experiment's)")
     p["play"].add_argument("-n", "--sessions", type=int, help="rounds of sessions to record, then exit")
     p["play"].add_argument("-s", "--sync-every", type=int, default=1, help="check for new params every S rounds")
     p["play"].add_argument("--seed", type=int, help="seed of the environments")
-    p["train"].add_argument("-b", "--batch-size", type=int, default=32, help="sessions per minibatch")
+    p["train"].add_argument("-b", "--batch-size", type=int, help="sessions per minibatch (default: experiment's)")
     p["train"].add_argument("-n", "--steps", type=int, help="updates to run, then exit")
     p["train"].add_argument("-s", "--save-every", type=int, default=100, help="publish params every S updates")
-    for name in ("play", "train"):
+    p["run"].add_argument("--players", type=int, default=1, help="player processes (default 1)")
+    p["run"].add_argument("-b", "--batch-size", type=int, help="environments per player (default: experiment's)")
+    p["run"].add_argument("--trainers", type=int, default=1, help="trainer processes (default 1)")
+    p["run"].add_argument("--train-batch", type=int, help="sessions per minibatch (default: experiment's)")
+    p["run"].add_argument("-n", "--steps", type=int, help="stop after this many env steps")
+    p["run"].add_argument("--target-return", type=float, help="stop once the mean of 20 recent returns reaches it")
+    p["run"].add_argument("--eval-episodes", type=int, default=10, help="episodes of the final eval (0: none)")
+    for name in ("play", "train", "run"):
         p[name].add_argument("--buffer-size", type=int, help="sessions kept in the database (oldest evicted)")
     p["eval"].add_argument("-n", "--episodes", type=int, default=10, help="full episodes to play")
     p["eval"].add_argument("--record", default="records", help="directory for mp4 videos (default ./records)")

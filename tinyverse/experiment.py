@@ -48,6 +48,10 @@ class Experiment:
     session_length: int = 25
     #: sessions kept in the database by default (None: sized from one session)
     buffer_size: int | None = None
+    #: default of ``play -b``: environments each player runs at once
+    play_batch_size: int = 1
+    #: default of ``train -b``: sessions in a minibatch
+    train_batch_size: int = 32
 
     def __init__(self, db=None):
         self.db = db

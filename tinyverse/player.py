@@ -100,7 +100,8 @@ def play(
                     db.add_metrics("episodes", finished)
                     log.info("episode return %.1f (length %d)", finished[-1]["return"], finished[-1]["length"])
                 rate = steps / max(time.monotonic() - started, 1e-9)
-                worker.beat(steps=steps, sessions=stored, version=version, steps_per_s=round(rate, 1))
+                if worker.beat(steps=steps, sessions=stored, version=version, steps_per_s=round(rate, 1)):
+                    flag.stop = True
         finally:
             for env in envs:
                 env.close()

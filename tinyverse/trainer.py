@@ -68,10 +68,12 @@ class Prefetcher:
         self.thread.join(timeout=5)
 
 
-def wait_for_sessions(db, n: int, flag: StopFlag) -> bool:
+def wait_for_sessions(db, n: int, flag: StopFlag, worker: Worker) -> bool:
     """Block until ``n`` sessions are stored, saying so every few seconds."""
     said = 0.0
     while not flag.stop:
+        if worker.beat():
+            return False
         stored = db.count_sessions()[0]
         if stored >= n:
             return True
@@ -115,7 +117,7 @@ def train(
         prefetch = None
         try:
             worker.beat(force=True, updates=0, version=version)
-            if not wait_for_sessions(db, batch_size, flag):
+            if not wait_for_sessions(db, batch_size, flag, worker):
                 return version
             prefetch = Prefetcher(db, batch_size)
             for _ in range(steps) if steps is not None else itertools.count():
@@ -129,7 +131,8 @@ def train(
                 if done % save_every == 0:
                     version = db.save_params(exp.get_params(), min_version=version + 1)
                 now = time.monotonic()
-                worker.beat(updates=done, version=version, updates_per_s=round(done / (now - started), 1))
+                if worker.beat(updates=done, version=version, updates_per_s=round(done / (now - started), 1)):
+                    flag.stop = True
                 if now - last_report >= report_every or done == steps:
                     means = {k: v / count for k, v in sums.items()}
                     db.add_metrics("train", [{"time": time.time(), "updates": done, "version": version, **means}])

@@ -41,14 +41,18 @@ class Worker:
         }
         self.last = 0.0
 
-    def beat(self, force: bool = False, **counters) -> None:
-        """Record ``counters`` and send a heartbeat if one is due."""
+    def beat(self, force: bool = False, **counters) -> bool:
+        """Record ``counters``, send a heartbeat if one is due; True if asked to stop."""
         self.info.update(counters)
         now = time.monotonic()
         if force or now - self.last >= HEARTBEAT_EVERY:
+            self.last = now
+            if self.db.stop_requested(self.id):
+                log.warning("asked to stop through the database (clear --kill-*)")
+                return True
             self.info["time"] = time.time()
             self.db.heartbeat(self.id, self.info, HEARTBEAT_TTL)
-            self.last = now
+        return False
 
     def leave(self) -> None:
         self.db.remove_worker(self.id)

@@ -126,6 +126,13 @@ class Database(ABC):
     def remove_worker(self, worker_id: str) -> None:
         self._call(self._remove_worker, worker_id)
 
+    def request_stop(self, worker_id: str) -> None:
+        """Ask a worker (on any machine) to stop at its next heartbeat."""
+        self._call(self._set_meta, f"stop:{worker_id}", "1")
+
+    def stop_requested(self, worker_id: str) -> bool:
+        return self._call(self._get_meta, f"stop:{worker_id}") == "1"
+
     # -- metrics ----------------------------------------------------------------
     def add_metrics(self, kind: str, records: list[dict]) -> None:
         if records:

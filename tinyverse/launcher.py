@@ -1,0 +1,150 @@
+"""``run``: a whole fleet on this machine in one command, supervised.
+
+Starts players and trainers as ``python -m tinyverse`` subprocesses (exactly
+what a user could start by hand), restarts one that crashes with backoff,
+shows progress, and stops them all with a warm shutdown on Ctrl-C, after a
+number of env steps, or once the recent mean return reaches a target.
+"""
+
+import logging
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+
+from .errors import TinyverseError
+from .workers import StopFlag
+
+log = logging.getLogger(__name__)
+MAX_CRASHES = 5  # within CRASH_WINDOW seconds, then the run stops
+CRASH_WINDOW = 120.0
+
+
+class Child:
+    """One supervised worker process, its log file and its crash history."""
+
+    def __init__(self, name: str, argv: list[str], logdir: Path):
+        self.name, self.argv, self.logfile = name, argv, logdir / f"{name}.log"
+        self.proc: subprocess.Popen | None = None
+        self.crashes: deque[float] = deque()
+        self.restart_at = 0.0
+
+    def start(self) -> None:
+        with open(self.logfile, "ab") as out:
+            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def tail(self, n: int = 8) -> str:
+        lines = self.logfile.read_text(errors="replace").splitlines()[-n:]
+        return "\n".join("    " + line for line in lines)
+
+    def check(self) -> None:
+        """Restart a crashed process with backoff; raise once it keeps crashing."""
+        now = time.monotonic()
+        if self.proc is None:
+            if now >= self.restart_at:
+                log.warning("restarting %s (crash %d)", self.name, len(self.crashes))
+                self.start()
+            return
+        code = self.proc.poll()
+        if code is None:
+            return
+        self.proc = None
+        self.crashes.append(now)
+        while self.crashes and now - self.crashes[0] > CRASH_WINDOW:
+            self.crashes.popleft()
+        if len(self.crashes) >= MAX_CRASHES:
+            raise TinyverseError(f"{self.name} crashed {len(self.crashes)} times; its last output:\n{self.tail()}")
+        delay = 2 ** len(self.crashes)
+        log.warning("%s exited with code %s; restarting in %ds. Last output:\n%s", self.name, code, delay, self.tail(4))
+        self.restart_at = now + delay
+
+    def terminate(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()  # SIGTERM: finish the step, publish, exit
+
+    def wait(self, timeout: float = 30.0) -> None:
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop in %.0fs: killing it", self.name, timeout)
+                self.proc.kill()
+                self.proc.wait()
+
+
+def status_line(db, T: int, start_steps: int, started: float) -> tuple[str, int, list[float]]:
+    """One line of progress; also returns env steps of this run and recent returns."""
+    stored, added = db.count_sessions()
+    steps = added * T - start_steps
+    returns = [m["return"] for m in db.metrics("episodes", 20)]
+    train = db.metrics("train", 1)
+    loss = train[-1].get("loss") if train else None
+    parts = [
+        f"env steps {steps:,} ({steps / max(time.monotonic() - started, 1e-9):,.0f}/s)",
+        f"sessions {stored:,}",
+        f"params v{db.params_version() or 0}",
+    ]
+    if returns:
+        parts.append(f"return {np.mean(returns):.1f} (last {len(returns)})")
+    if loss is not None:
+        parts.append(f"loss {loss:.4g}")
+    return " | ".join(parts), steps, returns
+
+
+def run_fleet(
+    exp,
+    db,
+    base_argv: list[str],
+    players: int = 1,
+    trainers: int = 1,
+    play_args: list[str] = (),
+    train_args: list[str] = (),
+    max_steps: int | None = None,
+    target_return: float | None = None,
+    every: float = 2.0,
+) -> str:
+    """Supervise the fleet until stopped; return why it stopped."""
+    logdir = Path(tempfile.mkdtemp(prefix=f"tinyverse-{db.prefix}-"))
+    children = [Child(f"trainer-{i}", [*base_argv, "train", *train_args], logdir) for i in range(trainers)]
+    children += [Child(f"player-{i}", [*base_argv, "play", *play_args], logdir) for i in range(players)]
+    since = db.metrics("episodes", 1)
+    seen_time = since[-1]["time"] if since else 0.0  # the target counts only this run's episodes
+    start_steps = db.count_sessions()[1] * exp.session_length
+    started, reason = time.monotonic(), "interrupted"
+    tty = sys.stderr.isatty()
+    log.info("started %d players and %d trainers; logs in %s", players, trainers, logdir)
+    with StopFlag() as flag:
+        try:
+            for child in children:
+                child.start()
+            last_shown = 0.0
+            while not flag.stop:
+                time.sleep(0.5)
+                for child in children:
+                    child.check()
+                line, steps, _ = status_line(db, exp.session_length, start_steps, started)
+                fresh = [m["return"] for m in db.metrics("episodes", 20) if m["time"] > seen_time]
+                if tty:
+                    print(f"\r{line}\033[K", end="", file=sys.stderr, flush=True)
+                elif time.monotonic() - last_shown >= 10 * every:
+                    log.info("%s", line)
+                    last_shown = time.monotonic()
+                if max_steps is not None and steps >= max_steps:
+                    reason = f"reached {steps:,} env steps"
+                    break
+                if target_return is not None and len(fresh) >= 20 and np.mean(fresh) >= target_return:
+                    reason = f"recent mean return {np.mean(fresh):.1f} reached the target {target_return}"
+                    break
+        finally:
+            if tty:
+                print(file=sys.stderr)
+            log.info("stopping the fleet (%s)", reason)
+            for child in children:
+                child.terminate()
+            for child in children:  # trainers publish params in their warm shutdown
+                child.wait()
+    return reason
