@@ -17,7 +17,7 @@ from .errors import RecordError
 
 MAGIC = b"TVR1"
 _LEN = struct.Struct("<I")
-_KINDS = set("biuf")  # bool, signed, unsigned, float: nothing that holds objects
+_KINDS = set("biufc")  # bool, signed, unsigned, float, complex: nothing that holds objects
 COMPRESS_MIN_BYTES = 4096
 
 
@@ -25,7 +25,7 @@ def encode(arrays: dict[str, np.ndarray]) -> bytes:
     """Encode a flat ``{name: array}`` dict into bytes."""
     header, chunks = [], []
     for name, value in arrays.items():
-        a = np.ascontiguousarray(value)
+        a = np.asarray(value)  # not ascontiguousarray: it turns 0-d arrays into 1-d
         if a.dtype.kind not in _KINDS:
             raise TypeError(f"cannot store array {name!r} of dtype {a.dtype}: use a numeric dtype")
         raw, codec = a.tobytes(), "raw"
@@ -63,5 +63,5 @@ def decode(data: bytes) -> dict[str, np.ndarray]:
         if pos != len(data):
             raise ValueError("trailing bytes")
         return out
-    except (ValueError, TypeError, KeyError, struct.error, zlib.error, UnicodeDecodeError) as e:
+    except (ValueError, TypeError, KeyError, struct.error, zlib.error, UnicodeDecodeError, RecursionError) as e:
         raise RecordError(f"corrupt or foreign record ({e})") from None
