@@ -1,0 +1,249 @@
+"""The pickle-free record format: exact round trips, and nothing else ever decodes."""
+
+import json
+import pickle
+import random
+import struct
+import zlib
+
+import numpy as np
+import pytest
+
+from tinyverse.encoding import COMPRESS_MIN_BYTES, MAGIC, decode, encode
+from tinyverse.errors import RecordError
+
+NUMERIC = [
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "longdouble",
+    "complex64",
+    "complex128",
+    ">i4",  # big-endian stays big-endian
+    ">f8",
+]
+SHAPES = [(), (0,), (3, 0, 2), (5,), (2, 3, 4), (1, 1, 1, 1, 7)]
+
+
+def header_of(record: bytes) -> list:
+    (n,) = struct.unpack_from("<I", record, 4)
+    return json.loads(record[8 : 8 + n])
+
+
+def record(header, payload: bytes = b"") -> bytes:
+    """A hand-made record: the format's framing around any header and payload."""
+    head = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return MAGIC + struct.pack("<I", len(head)) + head + payload
+
+
+def assert_same(got: dict, want: dict) -> None:
+    assert list(got) == list(want)
+    for k, v in want.items():
+        v = np.asarray(v)
+        assert got[k].dtype == v.dtype, k
+        assert got[k].shape == v.shape, k
+        np.testing.assert_array_equal(got[k], v, err_msg=k)
+
+
+@pytest.mark.parametrize("dtype", NUMERIC)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_round_trip_every_numeric_dtype_and_shape(dtype, shape):
+    rng = np.random.default_rng(0)
+    a = (rng.standard_normal(shape) * 100).astype(dtype)
+    assert_same(decode(encode({"a": a})), {"a": a})
+
+
+def test_round_trip_many_arrays_keeps_names_and_order():
+    arrays = {
+        "observations": np.arange(26 * 4, dtype=np.float32).reshape(26, 4),
+        "actions": np.arange(25, dtype=np.int64),
+        "terminated": np.arange(25) % 7 == 0,
+        "memory.h": np.zeros((0, 3), dtype=np.float32),
+        "version": np.array(12, dtype=np.int64),
+        "naïve name ☃": np.array([1.5]),
+    }
+    assert_same(decode(encode(arrays)), arrays)
+    assert_same(decode(encode({})), {})
+
+
+def test_extremes_survive_bit_for_bit():
+    a = np.array([np.nan, np.inf, -np.inf, -0.0, np.finfo(np.float64).tiny, np.finfo(np.float64).max])
+    b = decode(encode({"a": a}))["a"]
+    assert a.tobytes() == b.tobytes()
+    for t in (np.int64, np.uint64, np.int8):
+        info = np.iinfo(t)
+        x = np.array([info.min, info.max], dtype=t)
+        assert_same(decode(encode({"x": x})), {"x": x})
+
+
+def test_non_contiguous_inputs_round_trip():
+    base = np.arange(60, dtype=np.int32).reshape(6, 10)
+    for a in (base.T, base[::2, ::3], base[:, 5], np.asfortranarray(base)):
+        assert_same(decode(encode({"a": a})), {"a": a})
+
+
+def test_large_uint8_frames_are_compressed_and_exact():
+    frames = np.zeros((25, 4, 84, 84), dtype=np.uint8)
+    frames[:, :, 20:60, 30:50] = np.arange(25, dtype=np.uint8)[:, None, None, None]
+    blob = encode({"frames": frames})
+    assert header_of(blob)[0][3] == "zlib"
+    assert len(blob) < frames.nbytes / 4
+    out = decode(blob)["frames"]
+    assert out.dtype == np.uint8 and out.shape == frames.shape
+    np.testing.assert_array_equal(out, frames)
+
+
+def test_incompressible_and_small_uint8_stay_raw():
+    noise = np.random.default_rng(1).integers(0, 256, 100_000, dtype=np.uint8)
+    small = np.zeros(COMPRESS_MIN_BYTES - 1, dtype=np.uint8)
+    blob = encode({"noise": noise, "small": small})
+    assert [h[3] for h in header_of(blob)] == ["raw", "raw"]
+    assert_same(decode(blob), {"noise": noise, "small": small})
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        np.array([{"a": 1}, None], dtype=object),
+        np.array(["text"]),
+        np.array([b"bytes"]),
+        np.array(["2020-01-01"], dtype="datetime64[D]"),
+        np.zeros(2, dtype=[("a", "<i4"), ("b", "<f8")]),
+    ],
+    ids=["object", "str", "bytes", "datetime", "structured"],
+)
+def test_encode_refuses_non_numeric_dtypes(value):
+    with pytest.raises(TypeError, match="'bad'.*numeric dtype"):
+        encode({"ok": np.zeros(3), "bad": value})
+
+
+ZEROS8 = zlib.compress(b"\0" * 8)
+GOOD = encode({"a": np.arange(6, dtype=np.int32).reshape(2, 3), "b": np.ones(2)})
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"garbage that is not a record at all",
+        b"TVR1",
+        b"XXXX" + GOOD[4:],
+        b"TVR0" + GOOD[4:],
+        GOOD + b"\0",
+        GOOD + GOOD,
+        record(b"not json"),
+        record(b"\xff\xfe\xfd"),
+        record(b'{"a": 1}'),
+        record(b"5"),
+        record(b"null"),
+        record(b"[" * 100_000),  # nesting deep enough to exhaust the JSON parser's recursion
+        record([["a", "<i4", [2], "raw"]], b"\0" * 8),  # a field missing
+        record([["a", "<i4", [3], "raw", 8]], b"\0" * 8),  # shape does not fit the bytes
+        record([["a", "<i4", [1], "raw", 3]], b"\0" * 3),  # bytes do not fit the dtype
+        record([["a", "<i4", [2], "raw", 8]], b"\0" * 4),  # size larger than what follows
+        record([["a", "not a dtype", [1], "raw", 4]], b"\0" * 4),
+        record([["a", "<i4", [1], "lz4", 4]], b"\0" * 4),  # unknown codec
+        record([["a", "<i4", [1], "zlib", 4]], b"\0" * 4),  # not zlib data
+        record([["a", "<i4", [1], "zlib", len(ZEROS8)]], ZEROS8),  # inflates to more than the shape holds
+        record([["a", "<i4", [1], "raw", 4]], b"\0" * 4)[:-1],
+        None,
+        "TVR1 a str, not bytes",
+        12345,
+    ],
+)
+def test_decode_of_anything_foreign_raises_record_error(data):
+    with pytest.raises(RecordError, match="corrupt or foreign record"):
+        decode(data)
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        "|O",
+        "O",
+        "object",
+        [["a", "<i4"]],
+        "V8",
+        "|V4",
+        "<U4",
+        "|S4",
+        "<M8[s]",
+        "<m8[s]",
+        {"names": ["a"], "formats": ["<i4"]},
+    ],
+    ids=str,
+)
+def test_decode_refuses_forbidden_dtypes_in_the_header(dtype):
+    with pytest.raises(RecordError, match="forbidden dtype|corrupt"):
+        decode(record([["a", dtype, [1], "raw", 8]], b"\0" * 8))
+
+
+def test_every_truncation_of_a_good_record_raises_record_error():
+    for cut in range(len(GOOD)):
+        with pytest.raises(RecordError):
+            decode(GOOD[:cut])
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # a mutated dtype may be a deprecated alias
+def test_random_corruption_never_escapes_as_another_error():
+    rng = random.Random(1234)
+    frames = encode({"f": np.zeros((8, 84, 84), np.uint8), "x": np.arange(10.0)})
+    for blob in (GOOD, frames):
+        for _ in range(1500):
+            data = bytearray(blob)
+            for _ in range(rng.randint(1, 4)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+            try:
+                out = decode(bytes(data))
+            except RecordError:
+                continue
+            assert all(isinstance(v, np.ndarray) and v.dtype.kind in "biufc" for v in out.values())
+
+
+class _Payload:
+    """Unpickling this creates a file: the classic pickle exploit."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_a_pickle_payload_is_never_executed(tmp_path):
+    target = tmp_path / "pwned"
+    payload = pickle.dumps(_Payload(target))
+    disguised = [
+        payload,
+        MAGIC + payload,
+        record([["a", "|O", [1], "raw", len(payload)]], payload),
+        record([["a", "<i4", [1], "raw", len(payload)]], payload),
+        record([["a", "|u1", [len(payload)], "raw", len(payload)]], payload)[:-1],
+    ]
+    for data in disguised:
+        with pytest.raises(RecordError):
+            decode(data)
+    assert not target.exists()
+
+    # the payload is live: a plain unpickle does create the file
+    control = tmp_path / "control"
+    pickle.loads(pickle.dumps(_Payload(control))).close()
+    assert control.exists()
+
+
+def test_a_pickled_numpy_object_array_is_not_decoded(tmp_path):
+    target = tmp_path / "pwned"
+    evil = np.array([_Payload(target)], dtype=object)
+    for data in (pickle.dumps(evil), pickle.dumps({"a": evil})):
+        with pytest.raises(RecordError):
+            decode(data)
+    assert not target.exists()
