@@ -15,15 +15,15 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-import numpy as np
 import redis
 
 from . import __version__
-from .database import connect
+from .database import DEFAULT_URL, connect
 from .errors import TinyverseError
 from .evaluation import evaluate
 from .experiment import load_experiment
 from .launcher import run_fleet
+from .monitor import info_text, plot
 from .player import play
 from .trainer import train
 from .workers import kill_local
@@ -43,7 +43,8 @@ def mode_train(args):
     """Train on sessions sampled from the database and publish params (runs until stopped)."""
     db = _db(args)
     exp = _exp(args, db)
-    train(exp, db, args.batch_size or exp.train_batch_size, args.steps, args.save_every, args.buffer_size)
+    b = args.batch_size or exp.train_batch_size
+    train(exp, db, b, args.steps, args.save_every, args.buffer_size, logdir=args.logdir)
 
 
 def mode_run(args):
@@ -96,25 +97,21 @@ def mode_clear(args):
 
 
 def mode_info(args):
-    """Show sessions, params, live workers and recent returns for the database."""
-    for db in _namespaces(args):
-        stored, added = db.count_sessions()
-        version = db.params_version()
-        print(f"[{db.prefix}] {db.url}")
-        print(f"  sessions  {stored} stored of {db.capacity() or '?'} capacity ({added} ever added)")
-        print(f"  params    {'none' if version is None else f'version {version}'}")
-        for w in db.workers():
-            rate = w.get("steps_per_s") or w.get("updates_per_s") or 0
-            print(
-                f"  {w['role']:<8}  {w['host']} pid {w['pid']}  up {time.time() - w['started']:.0f}s  "
-                f"{rate}/s  params v{w.get('version')}"
-            )
-        returns = [m["return"] for m in db.metrics("episodes", 100)]
-        if returns:
-            print(
-                f"  returns   last {len(returns)}: mean {np.mean(returns):.1f} "
-                f"min {np.min(returns):.1f} max {np.max(returns):.1f}"
-            )
+    """Dashboard: sessions, params and their age, live workers with their lag, returns, trainer metrics."""
+    while True:
+        dbs = _namespaces(args)
+        text = "\n".join(info_text(db, args.last) for db in dbs) or f"no experiments in {args.db or DEFAULT_URL}"
+        if not args.watch:
+            print(text)
+            return
+        print("\033[H\033[J" + text + f"\n\n(every {args.watch:g}s; Ctrl-C to quit)", flush=True)
+        time.sleep(args.watch)
+
+
+def mode_plot(args):
+    """Draw learning curves (return vs env steps and wall time, trainer loss) into a PNG."""
+    plot(_db(args, retry_for=5), args.output)
+    print(f"wrote {args.output}")
 
 
 MODES = {
@@ -124,6 +121,7 @@ MODES = {
     "eval": mode_eval,
     "clear": mode_clear,
     "info": mode_info,
+    "plot": mode_plot,
 }
 NEEDS_EXPERIMENT = {"play", "train", "run", "eval"}
 
@@ -141,7 +139,8 @@ def _namespaces(args):
     db = _db(args, retry_for=5)
     if args.experiment or args.prefix_given:
         return [db]
-    return [connect(args.db, p, retry_for=5) for p in db.namespaces()]
+    found = [connect(args.db, p, retry_for=5) for p in db.namespaces()]
+    return [d for d in found if d.count_sessions()[1] or d.params_version() is not None or d.workers()]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -187,6 +186,10 @@ def build_parser() -> argparse.ArgumentParser:
     p["eval"].add_argument("--record", default="records", help="directory for mp4 videos (default ./records)")
     p["eval"].add_argument("--no-record", action="store_true", help="no video")
     p["eval"].add_argument("--seed", type=int, help="seed of the first episode")
+    p["info"].add_argument("--watch", nargs="?", type=float, const=2.0, help="refresh every N seconds (default 2)")
+    p["info"].add_argument("--last", type=int, default=100, help="episodes in the returns summary")
+    p["plot"].add_argument("-o", "--output", default="curve.png", help="PNG file to write (default curve.png)")
+    p["train"].add_argument("--logdir", help="also write TensorBoard event files here")
     p["clear"].add_argument("--all", action="store_true", help="all of the below")
     p["clear"].add_argument("--del-sessions", action="store_true", help="delete recorded sessions")
     p["clear"].add_argument("--del-weights", "--del-params", action="store_true", help="delete params")

@@ -9,6 +9,7 @@ import time
 import numpy as np
 
 from .experiment import Experiment, check_params
+from .monitor import EventWriter
 from .workers import StopFlag, Worker
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,7 @@ def train(
     save_every: int = 100,
     buffer_size: int | None = None,
     report_every: float = 10.0,
+    logdir: str | None = None,
 ) -> int:
     """Train on batches of ``batch_size`` sessions for ``steps`` updates (for ever if None).
 
@@ -111,6 +113,7 @@ def train(
         version = db.save_params(exp.get_params(), if_absent=True) or db.params_version() or 0
     exp.prepare_training()
     worker = Worker(db, "trainer")
+    events = EventWriter(logdir) if logdir else None
     done, sums, count, last_report = 0, {}, 0, time.monotonic()
     started = time.monotonic()
     with StopFlag() as flag:
@@ -135,13 +138,21 @@ def train(
                     flag.stop = True
                 if now - last_report >= report_every or done == steps:
                     means = {k: v / count for k, v in sums.items()}
-                    db.add_metrics("train", [{"time": time.time(), "updates": done, "version": version, **means}])
+                    env_steps = db.count_sessions()[1] * exp.session_length
+                    record = {"time": time.time(), "updates": done, "steps": env_steps, "version": version}
+                    db.add_metrics("train", [{**record, **means}])
+                    if events:
+                        recent = [m["return"] for m in db.metrics("episodes", 20)]
+                        extra = {"return/recent_mean": float(np.mean(recent))} if recent else {}
+                        events.scalars({**{f"train/{k}": v for k, v in means.items()}, **extra}, env_steps)
                     shown = " ".join(f"{k} {v:.4g}" for k, v in means.items())
                     log.info("update %d (%.0f/s) params v%d %s", done, done / (now - started), version, shown)
                     sums, count, last_report = {}, 0, now
         finally:
             if prefetch is not None:
                 prefetch.close()
+            if events:
+                events.close()
             worker.leave()
         # a warm stop or the last step: publish what was trained since the last save
         if done % save_every:

@@ -114,7 +114,13 @@ class Database(ABC):
         return None if found is None else (found[0], decode(found[1]))
 
     def params_version(self) -> int | None:
-        return self._call(self._params_version)
+        found = self._call(self._params_version)
+        return None if found is None else found[0]
+
+    def params_time(self) -> float | None:
+        """When the stored params were saved (Unix time), or None."""
+        found = self._call(self._params_version)
+        return None if found is None else found[1]
 
     # -- workers ----------------------------------------------------------------
     def heartbeat(self, worker_id: str, info: dict, ttl: float = 10.0) -> None:
@@ -177,7 +183,7 @@ class Database(ABC):
     @abstractmethod
     def _load_params(self) -> tuple[int, bytes] | None: ...
     @abstractmethod
-    def _params_version(self) -> int | None: ...
+    def _params_version(self) -> tuple[int, float] | None: ...
     @abstractmethod
     def _heartbeat(self, worker_id: str, info: str, ttl: float) -> None: ...
     @abstractmethod

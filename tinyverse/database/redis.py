@@ -101,8 +101,8 @@ class RedisDatabase(Database):
         return None if data is None else (int(version), data)
 
     def _params_version(self):
-        version = self.r.hget(self.k["params"], "version")
-        return None if version is None else int(version)
+        version, saved = self.r.hmget(self.k["params"], ["version", "time"])
+        return None if version is None else (int(version), float(saved))
 
     def _heartbeat(self, worker_id, info, ttl):
         self.r.set(f"{self.prefix}:worker:{worker_id}", info, px=int(ttl * 1000))

@@ -120,8 +120,7 @@ class SQLiteDatabase(Database):
         return self.db.execute(f"SELECT version, data FROM {self.t['params']}").fetchone()
 
     def _params_version(self):
-        row = self.db.execute(f"SELECT version FROM {self.t['params']}").fetchone()
-        return None if row is None else row[0]
+        return self.db.execute(f"SELECT version, time FROM {self.t['params']}").fetchone()
 
     def _heartbeat(self, worker_id, info, ttl):
         with self._write() as db:
