@@ -18,10 +18,19 @@ def default_buffer_size(exp: Experiment, session_bytes: int, budget: float = 2**
     return exp.buffer_size or int(min(10**6, max(1000, budget // max(session_bytes, 1))))
 
 
-def sync_params(exp: Experiment, db, version: int | None) -> int | None:
-    """Load params into ``exp`` if the stored version differs from ``version``."""
+def sync_params(exp: Experiment, db, version: int | None, reseed: bool = False) -> int | None:
+    """Load params into ``exp`` if the stored version differs from ``version``.
+
+    With ``reseed``, store the experiment's current params when none are stored
+    (a random init at first, the latest known params after a delete).
+    """
     stored = db.params_version()
-    if stored is None or stored == version:
+    if stored is None:
+        if reseed and (seeded := db.save_params(exp.get_params(), if_absent=True)) is not None:
+            log.info("no params in the database: stored this player's (version %s) as version %d", version, seeded)
+            return seeded
+        return version
+    if stored == version:
         return version
     found = db.load_params()
     if found is None:  # deleted in between
@@ -39,6 +48,7 @@ def play(
     sync_every: int = 1,
     buffer_size: int | None = None,
     seed: int | None = None,
+    report_every: float = 10.0,
 ) -> int:
     """Play ``batch_size`` environments, storing one session per environment per round.
 
@@ -52,19 +62,18 @@ def play(
     memory = exp.initial_memory(batch_size)
     worker = Worker(db, "player")
     tag = np.int64(zlib.crc32(worker.id.encode()))
-    if db.save_params(exp.get_params(), if_absent=True) is not None:
-        log.info("no params in the database: stored this player's random init")
-    version = sync_params(exp, db, None)
+    version = sync_params(exp, db, None, reseed=True)
     ep_return, ep_length = np.zeros(batch_size), np.zeros(batch_size, dtype=np.int64)
     T, stored, steps, capacity = exp.session_length, 0, 0, buffer_size
-    started = time.monotonic()
+    started = shown = time.monotonic()
+    recent: list[float] = []  # returns of this player's last 20 episodes
     with StopFlag() as flag:
         try:
             for rnd in range(sessions) if sessions is not None else itertools.count():
                 if flag.stop:
                     break
                 if rnd % sync_every == 0 and rnd:
-                    version = sync_params(exp, db, version)
+                    version = sync_params(exp, db, version, reseed=True)
                 rec = _Recorder(obs, memory, T)
                 finished = []
                 for t in range(T):
@@ -98,8 +107,12 @@ def play(
                     for f in finished:
                         f.update(time=now, steps=added * T, worker=worker.id, version=version)
                     db.add_metrics("episodes", finished)
-                    log.info("episode return %.1f (length %d)", finished[-1]["return"], finished[-1]["length"])
+                    recent = (recent + [f["return"] for f in finished])[-20:]
                 rate = steps / max(time.monotonic() - started, 1e-9)
+                if time.monotonic() - shown >= report_every:
+                    mean = f"{np.mean(recent):.1f}" if recent else "-"
+                    log.info("%d env steps (%.0f/s), params v%s, mean return %s", steps, rate, version, mean)
+                    shown = time.monotonic()
                 if worker.beat(steps=steps, sessions=stored, version=version, steps_per_s=round(rate, 1)):
                     flag.stop = True
         finally:

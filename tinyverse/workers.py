@@ -24,6 +24,14 @@ def _proc_start(pid: int) -> str | None:
     return None if fields[0] == "Z" else fields[19]  # a zombie has exited already
 
 
+def _cmdline(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode(errors="replace").split("\0")[:-1]
+    except OSError:
+        return None
+
+
 class Worker:
     """A registered player or trainer: heartbeats with counters, removed on exit."""
 
@@ -37,6 +45,7 @@ class Worker:
             "host": self.host,
             "pid": self.pid,
             "proc_start": _proc_start(self.pid),
+            "cmdline": _cmdline(self.pid),
             "started": time.time(),
         }
         self.last = 0.0
@@ -95,7 +104,8 @@ def kill_local(worker: dict, timeout: float = 10.0) -> str:
     pid, name = worker["pid"], f"{worker['role']} pid {worker['pid']}"
     if worker.get("host") != socket.gethostname():
         return f"{name} runs on {worker.get('host')}: not stopped from here"
-    if worker.get("proc_start") is None or _proc_start(pid) != worker["proc_start"]:
+    same = worker.get("proc_start") is not None and _proc_start(pid) == worker["proc_start"]
+    if not same or _cmdline(pid) != worker.get("cmdline"):
         return f"{name} is gone (or its PID now belongs to another process): left alone"
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
