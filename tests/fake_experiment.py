@@ -1,0 +1,140 @@
+"""A tiny, fast, NumPy-only experiment for the tests: CartPole and a linear policy.
+
+``train_step`` adds 1 to the ``updates`` counter and leaves ``w`` alone, so a
+test can tell from the params alone how many updates they have seen and
+whether a trainer resumed from them (``w`` stays the first random init).
+The memory counts the steps of the current episode, so a test can check that
+players reset it when an episode ends.
+
+Knobs, as keyword arguments in-process or as environment variables for the CLI:
+
+- ``FAKE_T``: session length (default 8);
+- ``FAKE_MAX_STEPS``: episode step limit (default CartPole's 500): short limits truncate;
+- ``FAKE_W_ROWS``: rows of ``w`` (default 4): 5 makes params of another shape;
+- ``FAKE_EPSILON``: players' random-action probability (default 0.1);
+- ``FAKE_TRAIN_SLEEP``: seconds each ``train_step`` sleeps, so a kill lands mid-run;
+- ``FAKE_PROGRESS``: a file ``train_step`` writes its update count to;
+- ``FAKE_FAIL_AT``: ``train_step`` corrupts the params and raises at this update.
+"""
+
+import os
+import time
+
+import gymnasium as gym
+import numpy as np
+
+from tinyverse import Experiment
+
+
+class LoggedEnv(gym.Wrapper):
+    """Records every reset and step, to rebuild the sessions a player should store."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.events = []
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.events.append(("reset", obs.copy()))
+        return obs, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.events.append(("step", obs.copy(), int(action), float(reward), bool(terminated), bool(truncated)))
+        return obs, reward, terminated, truncated, info
+
+
+class FakeExperiment(Experiment):
+    play_batch_size = 2
+    train_batch_size = 4
+
+    def __init__(
+        self,
+        db=None,
+        session_length=8,
+        max_steps=None,
+        w_rows=4,
+        epsilon=0.1,
+        w_scale=1.0,
+        train_sleep=0.0,
+        progress=None,
+        fail_at=None,
+        on_round=None,
+        on_train=None,
+    ):
+        super().__init__(db)
+        self.session_length, self.max_steps, self.epsilon = session_length, max_steps, epsilon
+        self.train_sleep, self.progress, self.fail_at = train_sleep, progress, fail_at
+        self.on_round, self.on_train = on_round, on_train  # in-process hooks for tests
+        self.rng = np.random.default_rng()
+        self.w = (w_scale * self.rng.normal(size=(w_rows, 2))).astype(np.float32)
+        self.updates = np.zeros(1, np.int64)
+        self.envs, self.loads, self.greedy_calls, self.rounds, self.prepared = [], 0, 0, 0, False
+
+    def make_env(self, render_mode=None):
+        kwargs = {} if self.max_steps is None else {"max_episode_steps": self.max_steps}
+        env = LoggedEnv(gym.make("CartPole-v1", render_mode=render_mode, **kwargs))
+        self.envs.append(env)
+        return env
+
+    def initial_memory(self, batch_size):
+        return {"steps": np.zeros(batch_size, np.int64)}
+
+    def act(self, observations, memory, greedy=False):
+        x = np.asarray(observations, np.float32)
+        if len(self.w) > 4:
+            x = np.concatenate([x, np.ones((len(x), 1), np.float32)], axis=1)
+        actions = np.argmax(x @ self.w, axis=1)
+        if greedy:
+            self.greedy_calls += 1
+        else:
+            explore = self.rng.random(len(x)) < self.epsilon
+            actions = np.where(explore, self.rng.integers(0, 2, len(x)), actions)
+        return actions.astype(np.int64), {"steps": memory["steps"] + 1}
+
+    def prepare_training(self):
+        self.prepared = True
+
+    def train_step(self, batch):
+        assert batch["observations"].shape[:2] == (len(batch["rewards"]), self.session_length + 1)
+        if self.train_sleep:
+            time.sleep(self.train_sleep)
+        if self.on_train is not None:
+            self.on_train(int(self.updates[0]) + 1)
+        if self.fail_at is not None and self.updates[0] + 1 >= self.fail_at:
+            self.w[:] = np.nan  # half-done work that must never be published
+            raise RuntimeError(f"train_step failed at update {self.fail_at}")
+        self.updates += 1
+        if self.progress:
+            with open(self.progress, "w") as f:
+                f.write(str(int(self.updates[0])))
+        return {"loss": float(np.mean(batch["rewards"])), "counter": float(self.updates[0])}
+
+    def get_params(self):
+        return {"w": self.w.copy(), "updates": self.updates.copy()}
+
+    def set_params(self, params):
+        self.w, self.updates = params["w"].copy(), params["updates"].copy()
+        self.loads += 1
+
+    def session_info(self):
+        self.rounds += 1
+        if self.on_round is not None:
+            self.on_round(self.rounds)
+        return {}
+
+
+def make_experiment(db):
+    env = os.environ.get
+    fail_at = env("FAKE_FAIL_AT")
+    max_steps = env("FAKE_MAX_STEPS")
+    return FakeExperiment(
+        db,
+        session_length=int(env("FAKE_T", "8")),
+        max_steps=int(max_steps) if max_steps else None,
+        w_rows=int(env("FAKE_W_ROWS", "4")),
+        epsilon=float(env("FAKE_EPSILON", "0.1")),
+        train_sleep=float(env("FAKE_TRAIN_SLEEP", "0")),
+        progress=env("FAKE_PROGRESS"),
+        fail_at=int(fail_at) if fail_at else None,
+    )

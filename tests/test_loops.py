@@ -1,0 +1,312 @@
+"""The play, train and eval loops driven in-process by the fake experiment, on every backend."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from fake_experiment import FakeExperiment
+
+from tinyverse.errors import ParamsMismatch
+from tinyverse.evaluation import evaluate
+from tinyverse.player import play
+from tinyverse.trainer import train
+
+LAYOUT = {
+    "observations": np.float32,
+    "final_observations": np.float32,
+    "actions": np.int64,
+    "rewards": np.float32,
+    "terminated": np.bool_,
+    "truncated": np.bool_,
+    "memory.steps": np.int64,
+    "version": np.int64,
+    "worker": np.int64,
+}
+
+
+class Spy:
+    """The real database, with every batch of sessions a player adds kept in order."""
+
+    def __init__(self, db):
+        self.db, self.batches = db, []
+
+    def __getattr__(self, name):
+        return getattr(self.db, name)
+
+    def add_sessions(self, sessions, capacity=100_000):
+        self.batches.append([{k: v.copy() for k, v in s.items()} for s in sessions])
+        self.db.add_sessions(sessions, capacity=capacity)
+
+
+def wait_until(condition, what: str, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def same_session(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]) for k in a)
+
+
+def expected_sessions(env, rounds: int, T: int) -> tuple[list[dict], list[tuple[float, int]]]:
+    """Rebuild what a player must store for one environment from its log of resets and steps."""
+    events = iter(env.events)
+    kind, current = next(events)
+    assert kind == "reset"
+    sessions, episodes, length, ret = [], [], 0, 0.0
+    for _ in range(rounds):
+        s = {
+            "observations": [current],
+            "final_observations": np.zeros((T, *current.shape), current.dtype),
+            "actions": [],
+            "rewards": [],
+            "terminated": [],
+            "truncated": [],
+            "memory.steps": length,
+        }
+        for t in range(T):
+            kind, obs, action, reward, terminated, truncated = next(events)
+            assert kind == "step"
+            length, ret = length + 1, ret + reward
+            for key, value in (("actions", action), ("rewards", reward)):
+                s[key].append(value)
+            s["terminated"].append(terminated)
+            s["truncated"].append(truncated)
+            if terminated or truncated:
+                s["final_observations"][t] = obs
+                episodes.append((ret, length))
+                kind, current = next(events)
+                assert kind == "reset", "an environment whose episode ended must be reset at once"
+                length, ret = 0, 0.0
+            else:
+                current = obs
+            s["observations"].append(current)
+        sessions.append({k: np.array(v) for k, v in s.items()})
+    return sessions, episodes
+
+
+@pytest.mark.parametrize("max_steps", [None, 5], ids=["terminated", "truncated"])
+def test_player_records_sessions_across_episode_boundaries(db, max_steps):
+    # w = 0 with no exploration always pushes left: CartPole terminates after 8-11 steps; a limit of 5 truncates
+    B, T, rounds = 2, 8, 6
+    exp = FakeExperiment(db, session_length=T, max_steps=max_steps, w_scale=0.0, epsilon=0.0)
+    spy = Spy(db)
+    assert play(exp, spy, batch_size=B, sessions=rounds, seed=1) == B * rounds
+    assert [len(b) for b in spy.batches] == [B] * rounds
+
+    version = db.params_version()
+    tags = {int(s["worker"]) for batch in spy.batches for s in batch}
+    assert len(tags) == 1, "one player tags all its sessions with one worker id"
+    all_episodes = []
+    for i, env in enumerate(exp.envs):
+        expected, episodes = expected_sessions(env, rounds, T)
+        all_episodes += episodes
+        for r, want in enumerate(expected):
+            got = spy.batches[r][i]
+            assert got.keys() == LAYOUT.keys()
+            for key, dtype in LAYOUT.items():
+                assert got[key].dtype == dtype, f"{key} is {got[key].dtype}, not {np.dtype(dtype)}"
+            assert got["observations"].shape == (T + 1, 4)
+            assert got["final_observations"].shape == (T, 4)
+            for key in ("actions", "rewards", "terminated", "truncated"):
+                assert got[key].shape == (T,), key
+            assert got["version"] == version
+            for key, value in want.items():
+                np.testing.assert_array_equal(got[key], value, err_msg=f"env {i} round {r}: {key}")
+            # after a done tick: fresh reset observation next, the episode's last one kept aside
+            done = got["terminated"] | got["truncated"]
+            assert not np.any(got["final_observations"][~done])
+
+    flags = np.array([[s["terminated"], s["truncated"]] for batch in spy.batches for s in batch])
+    terminated, truncated = flags[:, 0], flags[:, 1]
+    if max_steps is None:
+        assert terminated.any() and not truncated.any()
+    else:
+        assert truncated.any() and not terminated.any()
+        assert all(length == max_steps for _, length in all_episodes)
+
+    # episode returns are reported as metrics, with who played them and which params
+    metrics = db.metrics("episodes")
+    assert sorted((m["return"], m["length"]) for m in metrics) == sorted(all_episodes)
+    assert {m["version"] for m in metrics} == {version}
+    assert len({m["worker"] for m in metrics}) == 1
+
+    # what is stored is exactly what was recorded
+    stored, added = db.count_sessions()
+    assert stored == added == B * rounds
+    flat = [s for batch in spy.batches for s in batch]
+    for s in db.sample_sessions(10):
+        assert any(same_session(s, f) for f in flat)
+
+
+def test_player_resets_memory_when_an_episode_ends(db):
+    exp = FakeExperiment(db, session_length=8, max_steps=5)  # an episode ends within every session
+    spy = Spy(db)
+    play(exp, spy, batch_size=3, sessions=4)
+    for i, env in enumerate(exp.envs):
+        expected, _ = expected_sessions(env, 4, 8)
+        steps = [int(batch[i]["memory.steps"]) for batch in spy.batches]
+        assert steps == [int(s["memory.steps"]) for s in expected]
+        assert max(steps) < 5, "memory kept counting across episodes"
+
+
+def test_player_seeds_random_params_only_when_none_exist(db):
+    first = FakeExperiment(db)
+    play(first, db, sessions=1)
+    version, params = db.load_params()
+    np.testing.assert_array_equal(params["w"], first.w)
+    assert params["updates"][0] == 0
+
+    second = FakeExperiment(db)  # another random init: must load the stored one, not replace it
+    assert not np.array_equal(second.w, first.w)
+    play(second, db, sessions=1)
+    assert db.params_version() == version
+    np.testing.assert_array_equal(db.load_params()[1]["w"], first.w)
+    np.testing.assert_array_equal(second.w, first.w)
+
+    trained = {"w": np.full((4, 2), 0.5, np.float32), "updates": np.array([7])}
+    trained_version = db.save_params(trained, min_version=10)
+    assert trained_version == 10
+    third = FakeExperiment(db)
+    spy = Spy(db)
+    play(third, spy, sessions=2)
+    assert db.params_version() == trained_version
+    for key, value in db.load_params()[1].items():
+        np.testing.assert_array_equal(value, trained[key])
+    np.testing.assert_array_equal(third.w, trained["w"])
+    assert [int(b[0]["version"]) for b in spy.batches] == [trained_version] * 2
+
+
+@pytest.mark.parametrize("sync_every", [1, 3])
+def test_player_loads_new_params_only_when_the_version_changes(db, sync_every):
+    published = {}
+
+    def publish_after_first_round(rnd):
+        if rnd == 1:
+            new = {"w": np.zeros((4, 2), np.float32), "updates": np.array([42])}
+            published["version"] = db.save_params(new)
+
+    db.save_params(FakeExperiment().get_params())  # another player's init, loaded at start
+    exp = FakeExperiment(db, on_round=publish_after_first_round)
+    spy = Spy(db)
+    play(exp, spy, sessions=6, sync_every=sync_every)
+    first = int(spy.batches[0][0]["version"])
+    new = published["version"]
+    assert new > first
+    versions = [int(b[0]["version"]) for b in spy.batches]
+    # version checks happen before rounds sync_every, 2*sync_every, ...: the first after the publish picks it up
+    assert versions == [first] * sync_every + [new] * (6 - sync_every)
+    assert exp.updates[0] == 42
+    assert exp.loads == 2, "params must be loaded once at start and once when the version changed, never more"
+
+
+def test_trainer_resumes_from_stored_params_and_publishes_every_s_steps(db):
+    play(FakeExperiment(db), db, batch_size=2, sessions=3)
+    trained = {"w": np.full((4, 2), 0.25, np.float32), "updates": np.array([7])}
+    start = db.save_params(trained, min_version=5)
+
+    seen = []
+    exp = FakeExperiment(db, on_train=lambda update: seen.append(db.params_version()))
+    final = train(exp, db, batch_size=3, steps=5, save_every=2, report_every=0.0)
+    assert exp.prepared
+    # published after updates 2 and 4, and the rest at the end: versions grow by one each time
+    assert seen == [start, start, start + 1, start + 1, start + 2]
+    assert final == db.params_version() == start + 3
+    version, params = db.load_params()
+    np.testing.assert_array_equal(params["w"], trained["w"])
+    assert params["updates"][0] == 7 + 5, "the trainer must resume from the stored params"
+    train_metrics = db.metrics("train")
+    assert train_metrics and train_metrics[-1]["updates"] == 5 and "loss" in train_metrics[-1]
+    assert not [w for w in db.workers() if w["role"] == "trainer"], "a finished trainer leaves the worker list"
+
+    # a second trainer continues from there: the version never goes back
+    again = train(FakeExperiment(db), db, batch_size=3, steps=2, save_every=100)
+    assert again == start + 4
+    assert db.load_params()[1]["updates"][0] == 14
+
+
+def test_trainer_waits_for_sessions_then_starts(db):
+    outcome = {}
+
+    def run():
+        try:
+            outcome["version"] = train(FakeExperiment(db), db, batch_size=2, steps=3, save_every=100)
+        except BaseException as e:  # raised again in the test thread
+            outcome["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: any(w["role"] == "trainer" for w in db.workers()), "the trainer to register")
+        # registered and waiting; it stays so while there are no sessions
+        wait_until(lambda: db.params_version() is not None, "the trainer to store its initial params")
+        thread.join(timeout=0.5)
+        assert thread.is_alive() and "error" not in outcome, outcome
+        assert db.count_sessions()[0] == 0
+    finally:
+        play(FakeExperiment(db), db, batch_size=2, sessions=1)
+        thread.join(timeout=60)
+    assert not thread.is_alive(), "the trainer did not start once sessions were there"
+    if "error" in outcome:
+        raise outcome["error"]
+    assert outcome["version"] == db.params_version() == 2
+    assert db.load_params()[1]["updates"][0] == 3
+
+
+@pytest.mark.parametrize("loop", ["train", "play", "eval"])
+def test_params_of_another_shape_raise_params_mismatch(db, loop):
+    foreign = {"w": np.ones((5, 2), np.float32), "updates": np.array([3])}
+    version = db.save_params(foreign)
+    exp = FakeExperiment(db)
+    with pytest.raises(ParamsMismatch) as e:
+        if loop == "train":
+            train(exp, db, batch_size=1, steps=1)
+        elif loop == "play":
+            play(exp, db, sessions=1)
+        else:
+            evaluate(exp, db, episodes=1)
+    message = str(e.value)
+    assert "w: stored float32[5, 2], model wants float32[4, 2]" in message
+    assert "--prefix" in message and "--del-weights" in message
+    assert "\n" not in message
+    # nothing stored is touched
+    assert db.params_version() == version
+    np.testing.assert_array_equal(db.load_params()[1]["w"], foreign["w"])
+
+
+def test_train_step_error_is_raised_and_nothing_bad_is_published(db):
+    play(FakeExperiment(db), db, batch_size=2, sessions=2)
+    start = db.params_version()
+    exp = FakeExperiment(db, fail_at=4)
+    with pytest.raises(RuntimeError, match="train_step failed at update 4"):
+        train(exp, db, batch_size=2, steps=10, save_every=2)
+    version, params = db.load_params()
+    assert version == start + 1, "only the publish after update 2 may happen"
+    assert params["updates"][0] == 2
+    assert np.isfinite(params["w"]).all(), "params broken by the failed step were published"
+    assert not [w for w in db.workers() if w["role"] == "trainer"]
+
+
+def test_evaluate_plays_full_greedy_episodes_with_the_latest_params(db, capsys):
+    trained = {"w": np.zeros((4, 2), np.float32), "updates": np.array([3])}
+    version = db.save_params(trained)
+    exp = FakeExperiment(db, max_steps=20)
+    returns = evaluate(exp, db, episodes=3, record=None, seed=0)
+    np.testing.assert_array_equal(exp.w, trained["w"])
+    (env,) = exp.envs
+    lengths, n = [], 0
+    for event in env.events[1:]:
+        n += event[0] == "step"
+        if event[0] == "reset" or event is env.events[-1]:
+            lengths.append(n)
+            n = 0
+    assert returns == [float(x) for x in lengths], "a return is the sum of an episode's rewards"
+    assert exp.greedy_calls == sum(lengths), "eval must ask for the greedy policy"
+    out = capsys.readouterr().out
+    for i, r in enumerate(returns):
+        assert f"episode {i + 1}/3: return {r:.1f}" in out
+    assert f"mean return {np.mean(returns):.1f} ± {np.std(returns):.1f} over 3 episodes (params v{version})" in out
+    assert evaluate(FakeExperiment(db, max_steps=20), db, episodes=3, seed=0) == returns, "seeded eval repeats"
