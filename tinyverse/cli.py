@@ -59,7 +59,16 @@ def mode_run(args):
         train_args += ["--buffer-size", str(args.buffer_size)]
     base = [sys.executable, "-m", "tinyverse", args.experiment]
     reason = run_fleet(
-        exp, db, base, args.players, args.trainers, play_args, train_args, args.steps, args.target_return
+        exp,
+        db,
+        base,
+        args.players,
+        args.trainers,
+        play_args,
+        train_args,
+        args.steps,
+        args.target_return,
+        max_crashes=args.max_crashes,
     )
     print(f"run stopped: {reason}")
     if args.eval_episodes:
@@ -179,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     p["run"].add_argument("--train-batch", type=int, help="sessions per minibatch (default: experiment's)")
     p["run"].add_argument("-n", "--steps", type=int, help="stop after this many env steps")
     p["run"].add_argument("--target-return", type=float, help="stop once the mean of 20 recent returns reaches it")
+    p["run"].add_argument("--max-crashes", type=int, default=5, help="crashes of one worker in 2 min that end the run")
     p["run"].add_argument("--eval-episodes", type=int, default=10, help="episodes of the final eval (0: none)")
     for name in ("play", "train", "run"):
         p[name].add_argument("--buffer-size", type=int, help="sessions kept in the database (oldest evicted)")

@@ -20,15 +20,15 @@ from .errors import TinyverseError
 from .workers import StopFlag
 
 log = logging.getLogger(__name__)
-MAX_CRASHES = 5  # within CRASH_WINDOW seconds, then the run stops
-CRASH_WINDOW = 120.0
+CRASH_WINDOW = 120.0  # crashes older than this are forgiven
 
 
 class Child:
     """One supervised worker process, its log file and its crash history."""
 
-    def __init__(self, name: str, argv: list[str], logdir: Path):
+    def __init__(self, name: str, argv: list[str], logdir: Path, max_crashes: int):
         self.name, self.argv, self.logfile = name, argv, logdir / f"{name}.log"
+        self.max_crashes = max_crashes
         self.proc: subprocess.Popen | None = None
         self.crashes: deque[float] = deque()
         self.restart_at = 0.0
@@ -56,9 +56,9 @@ class Child:
         self.crashes.append(now)
         while self.crashes and now - self.crashes[0] > CRASH_WINDOW:
             self.crashes.popleft()
-        if len(self.crashes) >= MAX_CRASHES:
+        if len(self.crashes) >= self.max_crashes:
             raise TinyverseError(f"{self.name} crashed {len(self.crashes)} times; its last output:\n{self.tail()}")
-        delay = 2 ** len(self.crashes)
+        delay = min(2 ** (len(self.crashes) - 1), 30)
         log.warning("%s exited with code %s; restarting in %ds. Last output:\n%s", self.name, code, delay, self.tail(4))
         self.restart_at = now + delay
 
@@ -76,13 +76,12 @@ class Child:
                 self.proc.wait()
 
 
-def status_line(db, T: int, start_steps: int, started: float) -> tuple[str, int, list[float]]:
-    """One line of progress; also returns env steps of this run and recent returns."""
+def status_line(db, T: int, start_steps: int, started: float) -> tuple[str, int]:
+    """One line of progress, and the env steps of this run."""
     stored, added = db.count_sessions()
     steps = added * T - start_steps
     returns = [m["return"] for m in db.metrics("episodes", 20)]
     train = db.metrics("train", 1)
-    loss = train[-1].get("loss") if train else None
     parts = [
         f"env steps {steps:,} ({steps / max(time.monotonic() - started, 1e-9):,.0f}/s)",
         f"sessions {stored:,}",
@@ -90,9 +89,9 @@ def status_line(db, T: int, start_steps: int, started: float) -> tuple[str, int,
     ]
     if returns:
         parts.append(f"return {np.mean(returns):.1f} (last {len(returns)})")
-    if loss is not None:
-        parts.append(f"loss {loss:.4g}")
-    return " | ".join(parts), steps, returns
+    if train and "loss" in train[-1]:
+        parts.append(f"loss {train[-1]['loss']:.4g}")
+    return " | ".join(parts), steps
 
 
 def run_fleet(
@@ -105,40 +104,43 @@ def run_fleet(
     train_args: list[str] = (),
     max_steps: int | None = None,
     target_return: float | None = None,
-    every: float = 2.0,
+    max_crashes: int = 5,
+    log_every: float = 20.0,
 ) -> str:
     """Supervise the fleet until stopped; return why it stopped."""
     logdir = Path(tempfile.mkdtemp(prefix=f"tinyverse-{db.prefix}-"))
-    children = [Child(f"trainer-{i}", [*base_argv, "train", *train_args], logdir) for i in range(trainers)]
-    children += [Child(f"player-{i}", [*base_argv, "play", *play_args], logdir) for i in range(players)]
+    children = [Child(f"trainer-{i}", [*base_argv, "train", *train_args], logdir, max_crashes) for i in range(trainers)]
+    children += [Child(f"player-{i}", [*base_argv, "play", *play_args], logdir, max_crashes) for i in range(players)]
     since = db.metrics("episodes", 1)
     seen_time = since[-1]["time"] if since else 0.0  # the target counts only this run's episodes
     start_steps = db.count_sessions()[1] * exp.session_length
-    started, reason = time.monotonic(), "interrupted"
+    started, shown, reason = time.monotonic(), 0.0, "interrupted"
     tty = sys.stderr.isatty()
-    log.info("started %d players and %d trainers; logs in %s", players, trainers, logdir)
+    log.info("starting %d players and %d trainers; their logs go to %s", players, trainers, logdir)
     with StopFlag() as flag:
         try:
             for child in children:
                 child.start()
-            last_shown = 0.0
             while not flag.stop:
                 time.sleep(0.5)
                 for child in children:
                     child.check()
-                line, steps, _ = status_line(db, exp.session_length, start_steps, started)
-                fresh = [m["return"] for m in db.metrics("episodes", 20) if m["time"] > seen_time]
+                line, steps = status_line(db, exp.session_length, start_steps, started)
                 if tty:
                     print(f"\r{line}\033[K", end="", file=sys.stderr, flush=True)
-                elif time.monotonic() - last_shown >= 10 * every:
+                elif time.monotonic() - shown >= log_every:
                     log.info("%s", line)
-                    last_shown = time.monotonic()
+                    shown = time.monotonic()
+                fresh = [m["return"] for m in db.metrics("episodes", 20) if m["time"] > seen_time]
                 if max_steps is not None and steps >= max_steps:
                     reason = f"reached {steps:,} env steps"
                     break
                 if target_return is not None and len(fresh) >= 20 and np.mean(fresh) >= target_return:
                     reason = f"recent mean return {np.mean(fresh):.1f} reached the target {target_return}"
                     break
+        except TinyverseError:
+            reason = "a worker kept crashing"
+            raise
         finally:
             if tty:
                 print(file=sys.stderr)
