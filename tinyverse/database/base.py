@@ -72,10 +72,13 @@ class Database(ABC):
     # -- sessions ---------------------------------------------------------------
     def add_sessions(self, sessions: list[Arrays], capacity: int = 100_000) -> None:
         """Append sessions atomically; ``capacity`` applies if none is stored yet."""
-        self._call(self._add, [encode(s) for s in sessions], int(capacity))
+        if sessions:  # SQLite's eviction reads last_insert_rowid(), which only an insert sets
+            self._call(self._add, [encode(s) for s in sessions], int(capacity))
 
     def sample_sessions(self, n: int) -> list[Arrays]:
         """``n`` sessions drawn uniformly (with replacement) in one round trip."""
+        if n < 1:  # HMGET of no fields is an error in Redis
+            return []
         out = []
         for blob in self._call(self._sample, n):
             try:
@@ -145,6 +148,8 @@ class Database(ABC):
             self._call(self._add_metrics, kind, [json.dumps(r) for r in records], METRICS_LIMIT)
 
     def metrics(self, kind: str, last: int = METRICS_LIMIT) -> list[dict]:
+        if last < 1:  # Redis reads LRANGE -0 -1 as the whole list
+            return []
         return [json.loads(s) for s in self._call(self._metrics, kind, int(last))]
 
     # -- housekeeping -----------------------------------------------------------
