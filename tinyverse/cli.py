@@ -152,6 +152,13 @@ def _namespaces(args):
     return [d for d in found if d.count_sessions()[1] or d.params_version() is not None or d.workers()]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line, like every other tinyverse error."""
+
+    def error(self, message):
+        raise TinyverseError(f"{message} (see python -m tinyverse --help)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     g = common.add_argument_group("database")
@@ -163,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     g.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m tinyverse",
         usage="python -m tinyverse [EXPERIMENT.py] MODE [options]",
         description="tinyverse: players record sessions, trainers learn from them, all through one database.",
