@@ -5,10 +5,13 @@ encoder (to plant foreign data) and to checking, without timing anything, that
 sampling does a bounded amount of work whatever the number of sessions stored.
 """
 
+import inspect
 import logging
-import multiprocessing
 import pickle
 import sqlite3
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 import uuid
@@ -24,7 +27,6 @@ from tinyverse.encoding import decode, encode
 from tinyverse.errors import DatabaseError
 
 BIG = 10**6
-SPAWN = multiprocessing.get_context("spawn")
 
 
 # -- helpers -----------------------------------------------------------------------
@@ -109,33 +111,53 @@ def raw_records(db) -> list[tuple[int, bytes]]:
     return rows
 
 
-# -- processes (module level so that spawned children can import them) -------------
+# -- real processes: small scripts run with the helpers above, importing only the core --------
 
 
-def write_sessions(url: str, prefix: str, worker: int, n: int, capacity: int) -> None:
+def child_script(main: str) -> str:
+    helpers = [inspect.getsource(f) for f in (make_session, params_of)]
+    head = "import os, sys\nimport numpy as np\nfrom tinyverse.database import connect\n"
+    return "\n\n".join([head, *helpers, textwrap.dedent(main)])
+
+
+WRITE_SESSIONS = child_script(
+    """
+    url, prefix, worker, n, capacity = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
     db = connect(url, prefix, retry_for=60)
     for i in range(n):
         db.add_sessions([make_session(i, worker)], capacity=capacity)
-    db.close()
+    """
+)
 
-
-def publish_params(url: str, prefix: str, stop) -> None:
+PUBLISH_PARAMS = child_script(
+    """
+    url, prefix, stop_file = sys.argv[1:]
     db = connect(url, prefix, retry_for=60)
     v = (db.params_version() or 0) + 1
-    while not stop.is_set():
+    while not os.path.exists(stop_file):
         got = db.save_params(params_of(v), min_version=v)
         assert got == v, f"published version {got}, expected {v}"
         v += 1
-    db.close()
+    """
+)
 
 
-def join_all(procs, timeout: float = 120.0) -> None:
+def start(script: str, *args) -> subprocess.Popen:
+    cmd = [sys.executable, "-c", script, *map(str, args)]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def join_all(procs: list[subprocess.Popen], timeout: float = 120.0) -> None:
     for p in procs:
-        p.join(timeout)
-    for p in procs:
-        if p.is_alive():
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
             p.kill()
-    assert [p.exitcode for p in procs] == [0] * len(procs)
+            p.wait()
+    failed = [p.stderr.read() for p in procs if p.returncode != 0]
+    for p in procs:
+        p.stderr.close()
+    assert not failed, failed
 
 
 # -- the conformance suite: every test runs once per backend -----------------------
@@ -428,14 +450,9 @@ class TestConcurrency:
     @pytest.mark.parametrize("capacity", [BIG, 64])
     def test_concurrent_writer_processes_lose_nothing(self, db, db_url, capacity):
         writers, per_writer = 4, 200
-        procs = [
-            SPAWN.Process(target=write_sessions, args=(db_url, db.prefix, w, per_writer, capacity))
-            for w in range(writers)
-        ]
-        for p in procs:
-            p.start()
+        procs = [start(WRITE_SESSIONS, db_url, db.prefix, w, per_writer, capacity) for w in range(writers)]
         sampled, last_added = 0, 0
-        while any(p.is_alive() for p in procs):  # read while they write
+        while any(p.poll() is None for p in procs):  # read while they write
             stored, added = db.count_sessions()
             assert added >= last_added and stored <= min(added, capacity)
             last_added = added
@@ -454,14 +471,13 @@ class TestConcurrency:
         for s in db.sample_sessions(64):
             check_session(s)
 
-    def test_a_reader_never_sees_half_written_params(self, db, db_url):
-        stop = SPAWN.Event()
-        writer = SPAWN.Process(target=publish_params, args=(db_url, db.prefix, stop))
-        writer.start()
+    def test_a_reader_never_sees_half_written_params(self, db, db_url, tmp_path):
+        stop = tmp_path / "stop"
+        writer = start(PUBLISH_PARAMS, db_url, db.prefix, stop)
         seen, last = set(), 0
         try:
             deadline = time.monotonic() + 60
-            while len(seen) < 25 and writer.is_alive() and time.monotonic() < deadline:
+            while len(seen) < 25 and writer.poll() is None and time.monotonic() < deadline:
                 found = db.load_params()
                 if found is None:
                     continue
@@ -473,7 +489,7 @@ class TestConcurrency:
                 last = version
                 assert (db.params_version() or 0) >= version
         finally:
-            stop.set()
+            stop.touch()
             join_all([writer])
         assert len(seen) >= 25, f"saw only versions {sorted(seen)}"
 
