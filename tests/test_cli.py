@@ -1,0 +1,415 @@
+"""The runner end to end: real ``python -m tinyverse`` subprocesses on real databases."""
+
+import os
+import re
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import free_port, run_cli
+
+from tinyverse.database import connect
+from tinyverse.encoding import decode
+
+EXP = Path(__file__).resolve().parent / "fake_experiment.py"
+PREFIX = EXP.stem  # the default prefix: the experiment's name
+SESSION_KEYS = {"observations", "final_observations", "actions", "rewards", "terminated", "truncated"}
+
+
+def cli_env(**knobs) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TINYVERSE_DB" and not k.startswith("FAKE_")}
+    return {**env, "SDL_VIDEODRIVER": "dummy", "SDL_AUDIODRIVER": "dummy", **{k: str(v) for k, v in knobs.items()}}
+
+
+class Proc:
+    """A long-running ``python -m tinyverse`` with its output in files, readable while it runs."""
+
+    def __init__(self, args, cwd: Path, env: dict, name: str):
+        self.name, self.out, self.err = name, cwd / f"{name}.out", cwd / f"{name}.err"
+        with open(self.out, "w") as out, open(self.err, "w") as err:
+            cmd = [sys.executable, "-m", "tinyverse", *map(str, args)]
+            self.p = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err, env=env)
+        self.pid = self.p.pid
+
+    def stderr(self) -> str:
+        return self.err.read_text()
+
+    def stdout(self) -> str:
+        return self.out.read_text()
+
+    def alive(self) -> bool:
+        return self.p.poll() is None
+
+    def stop(self, sig=signal.SIGKILL) -> int:
+        if self.alive():
+            self.p.send_signal(sig)
+        return self.p.wait(timeout=30)
+
+
+class Fleet:
+    """Starts processes, waits on conditions with a deadline, and kills whatever is left."""
+
+    def __init__(self, cwd: Path):
+        self.cwd, self.procs = cwd, []
+
+    def start(self, *args, **knobs) -> Proc:
+        proc = Proc(args, self.cwd, cli_env(**knobs), f"{args[1] if len(args) > 1 else 'p'}-{len(self.procs)}")
+        self.procs.append(proc)
+        return proc
+
+    def wait(self, condition, what: str, timeout: float = 60.0, alive: tuple[Proc, ...] = ()):
+        """Poll ``condition`` until true; fail early if a process in ``alive`` exits."""
+        deadline = time.monotonic() + timeout
+        while not condition():
+            dead = [p for p in alive if not p.alive()]
+            if dead or time.monotonic() > deadline:
+                why = f"{dead[0].name} exited with {dead[0].p.returncode}" if dead else "timed out"
+                raise AssertionError(f"{why} waiting for {what}\n{self.logs()}")
+            time.sleep(0.05)
+
+    def exit(self, proc: Proc, timeout: float = 60.0) -> int:
+        try:
+            return proc.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{proc.name} did not exit within {timeout}s\n{self.logs()}") from None
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name} stderr:\n{p.stderr()[-3000:]}" for p in self.procs)
+
+    def close(self):
+        for p in self.procs:
+            if p.alive():
+                p.p.kill()
+            p.p.wait()
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    f = Fleet(tmp_path)
+    yield f
+    f.close()
+
+
+def cli(*args, cwd, check=True, timeout=120, **knobs) -> subprocess.CompletedProcess:
+    return run_cli(*args, cwd=cwd, check=check, timeout=timeout, env=cli_env(**knobs))
+
+
+def one_error_line(proc: subprocess.CompletedProcess | str) -> str:
+    """The single line an error path prints on stderr (and nothing else: no traceback, no logs)."""
+    err = proc if isinstance(proc, str) else proc.stderr
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got:\n{err}"
+    assert lines[0].startswith("tinyverse: error: "), lines[0]
+    return lines[0]
+
+
+def sqlite_db(tmp_path: Path, prefix: str = PREFIX):
+    return connect(f"sqlite:///{tmp_path / 'tinyverse.db'}", prefix, retry_for=10)
+
+
+def check_sqlite_file(path: Path, prefix: str = PREFIX) -> int:
+    """integrity_check is ok and every stored session decodes; returns how many are stored."""
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        rows = conn.execute(f'SELECT data FROM "{prefix}:sessions"').fetchall()
+    for (blob,) in rows:
+        s = decode(blob)
+        assert SESSION_KEYS <= s.keys() and s["observations"].shape[0] == s["actions"].shape[0] + 1
+    return len(rows)
+
+
+@pytest.fixture(scope="module")
+def unreachable_eval(tmp_path_factory):
+    """An eval against a closed port, started early so its retry window overlaps other tests."""
+    cwd = tmp_path_factory.mktemp("unreachable")
+    port = free_port()  # nothing listens here
+    proc = Proc([EXP, "eval", "-n", "1", "--no-record", "--db", f"redis://127.0.0.1:{port}/0"], cwd, cli_env(), "eval")
+    yield proc, port, cwd
+    if proc.alive():
+        proc.p.kill()
+    proc.p.wait()
+
+
+# -- help --------------------------------------------------------------------------------------------------------------
+def test_help_explains_every_mode_and_flag(tmp_path):
+    top = cli("--help", cwd=tmp_path).stdout
+    for mode in ("play", "train", "eval", "clear", "info"):
+        assert re.search(rf"^\s+{mode}\s+\w", top, re.M), f"top-level --help does not describe {mode}"
+    flags = {
+        "play": ["--batch-size", "--sessions", "--sync-every", "--buffer-size", "--seed"],
+        "train": ["--batch-size", "--steps", "--save-every", "--buffer-size"],
+        "eval": ["--episodes", "--record", "--no-record", "--seed"],
+        "clear": ["--all", "--del-sessions", "--del-weights", "--del-metrics", "--kill-players", "--kill-trainers"],
+        "info": [],
+    }
+    for mode, names in flags.items():
+        out = cli(EXP, mode, "--help", cwd=tmp_path).stdout
+        for flag in [*names, "--db", "--prefix", "--host", "--port", "--password"]:
+            assert re.search(rf"{flag}\b.*\s+\w+", out), f"{mode} --help does not explain {flag}:\n{out}"
+
+
+# -- play and train together, then eval --------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_play_and_train_together_then_eval(backend, tmp_path, fleet, request):
+    if backend == "sqlite":  # the default database: ./tinyverse.db
+        where, db = [], sqlite_db(tmp_path)
+    else:
+        url, prefix = request.getfixturevalue("redis_url"), f"test-{uuid.uuid4().hex[:10]}"
+        where, db = ["--db", url, "--prefix", prefix], connect(url, prefix, retry_for=10)
+    try:
+        knobs = dict(FAKE_T=8, FAKE_MAX_STEPS=50)
+        trainer = fleet.start(EXP, "train", "-b", 4, "-n", 30, "-s", 10, *where, **knobs)
+        player = fleet.start(EXP, "play", "-b", 2, "-n", 25, *where, **knobs)
+        assert fleet.exit(player) == 0, fleet.logs()
+        assert fleet.exit(trainer) == 0, fleet.logs()
+        assert db.count_sessions() == (50, 50)
+        version, params = db.load_params()
+        assert params["updates"][0] == 30, "30 updates, all published"
+        assert version == 4, "the first init, then 3 publishes"
+        assert db.metrics("episodes"), "players report episode returns"
+        assert db.metrics("train"), "trainers report metrics"
+        assert db.workers() == [], "workers that exit leave the list"
+
+        ev = cli(EXP, "eval", "-n", 2, "--no-record", *where, cwd=tmp_path, **knobs)
+        returns = [float(r) for r in re.findall(r"^episode \d/2: return (\S+)$", ev.stdout, re.M)]
+        assert len(returns) == 2, ev.stdout
+        mean = f"mean return {np.mean(returns):.1f} ± {np.std(returns):.1f} over 2 episodes (params v{version})"
+        assert mean in ev.stdout
+        assert not list(tmp_path.glob("records/*")), "--no-record writes no video"
+    finally:
+        db.clear(sessions=True, params=True, workers=True, metrics=True)
+
+
+def test_eval_records_a_video_of_each_episode(tmp_path):
+    ev = cli(EXP, "eval", "-n", 2, "--record", "videos", cwd=tmp_path, FAKE_MAX_STEPS=15)
+    videos = sorted((tmp_path / "videos").glob("*.mp4"))
+    assert len(videos) == 2, ev.stdout + ev.stderr
+    for v in videos:
+        head = v.read_bytes()[:12]
+        assert head[4:8] == b"ftyp", f"{v} is not an mp4"
+        assert str(v.relative_to(tmp_path)) in ev.stdout
+    assert "mean return" in ev.stdout
+
+
+# -- unreachable Redis, part 1 (the eval of part 2 gives up meanwhile) -------------------------------------------------
+def test_unreachable_redis_makes_play_and_train_wait_with_a_message(unreachable_eval, fleet):
+    _, port, _ = unreachable_eval
+    url = f"redis://127.0.0.1:{port}/0"
+    waiting = [fleet.start(EXP, mode, "--db", url) for mode in ("play", "train")]
+    for proc in waiting:
+        fleet.wait(lambda p=proc: "unreachable" in p.stderr(), f"{proc.name} to say it waits", alive=(proc,))
+        assert "waiting" in proc.stderr() and url in proc.stderr()
+        assert "Traceback" not in proc.stderr()
+    time.sleep(0.5)  # waiting, not exiting: still alive a moment after the message
+    assert all(p.alive() for p in waiting), fleet.logs()
+
+
+# -- kill -9 -----------------------------------------------------------------------------------------------------------
+def test_player_killed_with_sigkill_restarts_and_continues(tmp_path, fleet):
+    db = sqlite_db(tmp_path)
+    first = fleet.start(EXP, "play", "-b", 2)
+    fleet.wait(lambda: db.count_sessions()[0] >= 20, "sessions", alive=(first,))
+    params_before = db.load_params()
+    first.stop(signal.SIGKILL)
+    assert "random init" in first.stderr() or "no params" in first.stderr()
+
+    stored = check_sqlite_file(tmp_path / "tinyverse.db")
+    assert stored >= 20
+    version, params = db.load_params()
+    assert version == params_before[0] == 1
+    for k in params:
+        np.testing.assert_array_equal(params[k], params_before[1][k])
+
+    second = fleet.start(EXP, "play", "-b", 2)
+    fleet.wait(lambda: db.count_sessions()[0] >= stored + 20, "sessions after the restart", alive=(second,))
+    assert second.stop(signal.SIGTERM) == 0, second.stderr()
+    assert "no params" not in second.stderr(), "a restarted player must not re-seed params"
+    assert db.params_version() == 1, "players never overwrite params"
+    check_sqlite_file(tmp_path / "tinyverse.db")
+
+
+def test_trainer_killed_with_sigkill_resumes_from_published_params(tmp_path, fleet):
+    db = sqlite_db(tmp_path)
+    knobs = dict(FAKE_TRAIN_SLEEP=0.01)
+    player = fleet.start(EXP, "play", "-b", 2, **knobs)
+    fleet.wait(lambda: db.params_version() is not None, "the initial params", alive=(player,))
+    init = db.load_params()[1]
+    assert init["updates"][0] == 0
+    trainer = fleet.start(EXP, "train", "-b", 4, "-s", 5, **knobs)
+    fleet.wait(lambda: (db.params_version() or 0) >= 4, "three publishes", alive=(player, trainer))
+    trainer.stop(signal.SIGKILL)  # mid-run: during a step, a sample or a save
+
+    check_sqlite_file(tmp_path / "tinyverse.db")
+    version, params = db.load_params()
+    assert version >= 4
+    # each publish adds 5 updates to the counter: a half-written or reset params set would break this
+    assert params["updates"][0] == 5 * (version - 1)
+    np.testing.assert_array_equal(params["w"], init["w"])
+
+    again = fleet.start(EXP, "train", "-b", 4, "-s", 5, **knobs)
+    fleet.wait(lambda: db.params_version() >= version + 2, "publishes after the restart", alive=(player, again))
+    assert f"resuming from params version {version}" in again.stderr()
+    now, params = db.load_params()
+    assert params["updates"][0] == 5 * (now - 1), "the restarted trainer did not resume from the stored params"
+    np.testing.assert_array_equal(params["w"], init["w"])  # never replaced by a new random init
+    again.stop(signal.SIGKILL)
+    assert player.alive(), fleet.logs()
+    check_sqlite_file(tmp_path / "tinyverse.db")
+
+
+def test_sigterm_makes_the_trainer_publish_and_exit_0(tmp_path, fleet):
+    db = sqlite_db(tmp_path)
+    cli(EXP, "play", "-b", 2, "-n", 3, cwd=tmp_path)
+    start = db.params_version()
+    progress = tmp_path / "progress"
+    trainer = fleet.start(EXP, "train", "-b", 2, "-s", 100000, FAKE_PROGRESS=progress, FAKE_TRAIN_SLEEP=0.005)
+    fleet.wait(lambda: progress.exists() and int(progress.read_text() or 0) >= 3, "updates", alive=(trainer,))
+    assert db.params_version() == start, "nothing published before -s updates"
+    assert trainer.stop(signal.SIGTERM) == 0, trainer.stderr()
+    assert "SIGTERM" in trainer.stderr()
+    version, params = db.load_params()
+    assert version == start + 1, "a warm shutdown publishes once"
+    assert params["updates"][0] >= 3
+    assert db.workers() == []
+
+
+# -- error paths -------------------------------------------------------------------------------------------------------
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+ERRORS = {
+    "missing file": (lambda d: ["nope.py", "play"], ["nope.py", "not found"]),
+    "syntax error": (lambda d: [write(d / "bad.py", "x = 1\ndef (:\n"), "play"], ["bad.py:2", "syntax error"]),
+    "no make_experiment": (lambda d: [write(d / "empty.py", "x = 1\n"), "train"], ["empty.py", "make_experiment"]),
+    "unknown mode": (lambda d: [EXP, "dance"], ["dance", "play"]),
+    "unknown db scheme": (lambda d: [EXP, "info", "--db", "mysql://localhost/x"], ["mysql://", "sqlite:///"]),
+    "nothing to clear": (lambda d: [EXP, "clear"], ["--all", "--del-sessions"]),
+}
+
+
+@pytest.mark.parametrize("case", ERRORS)
+def test_bad_input_gives_one_clear_line_and_a_nonzero_exit(case, tmp_path):
+    args, words = ERRORS[case]
+    proc = cli(*args(tmp_path), cwd=tmp_path, check=False)
+    assert proc.returncode != 0
+    line = one_error_line(proc)
+    for w in words:
+        assert w in line, f"{w!r} missing from: {line}"
+
+
+def test_params_of_another_shape_are_refused_and_kept(tmp_path):
+    db = sqlite_db(tmp_path)
+    cli(EXP, "play", "-n", 1, cwd=tmp_path, FAKE_W_ROWS=5)  # another model under the same prefix
+    version, foreign = db.load_params()
+    for mode in ("train", "play"):
+        proc = cli(EXP, mode, "-n", 1, cwd=tmp_path, check=False)
+        assert proc.returncode != 0
+        line = one_error_line(proc)
+        assert "w: stored float32[5, 2], model wants float32[4, 2]" in line
+        assert "--prefix" in line and "clear --del-weights" in line
+    assert db.params_version() == version
+    np.testing.assert_array_equal(db.load_params()[1]["w"], foreign["w"])
+
+
+# -- clear -------------------------------------------------------------------------------------------------------------
+def populate(db) -> None:
+    session = {"observations": np.zeros((3, 4), np.float32), "actions": np.zeros(2, np.int64)}
+    db.add_sessions([session] * 5, capacity=100)
+    db.save_params({"w": np.ones((4, 2), np.float32), "updates": np.zeros(1, np.int64)})
+    db.add_metrics("episodes", [{"return": 10.0}])
+    db.add_metrics("train", [{"loss": 1.0}])
+    db.heartbeat("player-elsewhere-1", {"id": "player-elsewhere-1", "role": "player", "host": "elsewhere", "pid": 1})
+
+
+def contents(db) -> dict:
+    return {
+        "sessions": db.count_sessions()[0],
+        "params": db.params_version() is not None,
+        "metrics": len(db.metrics("episodes")) + len(db.metrics("train")),
+    }
+
+
+def test_clear_deletes_what_it_says_and_leaves_the_rest(tmp_path):
+    db, other = sqlite_db(tmp_path), sqlite_db(tmp_path, "other")
+    populate(db)
+    populate(other)
+    full = {"sessions": 5, "params": True, "metrics": 2}
+    assert contents(db) == full
+
+    cli(EXP, "clear", "--del-sessions", cwd=tmp_path)
+    assert contents(db) == {**full, "sessions": 0}
+    cli(EXP, "clear", "--del-metrics", cwd=tmp_path)
+    assert contents(db) == {**full, "sessions": 0, "metrics": 0}
+    cli(EXP, "clear", "--del-weights", cwd=tmp_path)
+    assert contents(db) == {"sessions": 0, "params": False, "metrics": 0}
+    assert contents(other) == full, "clear with an experiment touches its namespace only"
+
+    populate(db)
+    cli("clear", "--all", cwd=tmp_path)  # no experiment: every namespace
+    for d in (db, other):
+        assert contents(d) == {"sessions": 0, "params": False, "metrics": 0}
+        assert d.workers() == []
+
+
+def test_clear_kill_players_stops_a_live_player_but_not_a_reused_pid(tmp_path, fleet):
+    db = sqlite_db(tmp_path)
+    player = fleet.start(EXP, "play", "-b", 1)
+    fleet.wait(lambda: any(w["pid"] == player.pid for w in db.workers()), "the player's heartbeat", alive=(player,))
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        with open(f"/proc/{bystander.pid}/cmdline", "rb") as f:
+            cmdline = f.read().decode().split("\0")[:-1]
+        # a stale record whose PID now belongs to another process: same PID, another start time
+        forged = {"id": "player-forged", "role": "player", "host": socket.gethostname(), "pid": bystander.pid}
+        db.heartbeat("player-forged", {**forged, "proc_start": "1", "cmdline": cmdline, "started": time.time()}, 60)
+
+        out = cli(EXP, "clear", "--kill-players", cwd=tmp_path).stdout
+        assert f"stopped player pid {player.pid}" in out
+        assert f"player pid {bystander.pid}" in out and "left alone" in out
+        assert fleet.exit(player, timeout=30) == 0, "a player asked to stop shuts down warmly"
+        assert bystander.poll() is None, "clear killed a process that merely reuses a registered PID"
+        assert all(w["pid"] != player.pid for w in db.workers()), "the stopped player's heartbeat is still there"
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+# -- a Redis server that goes away and comes back ----------------------------------------------------------------------
+def test_player_waits_for_a_restarted_redis_and_goes_on(redis_server, fleet):
+    db = connect(redis_server.url, PREFIX, retry_for=30)
+    player = fleet.start(EXP, "play", "-b", 2, "--db", redis_server.url)
+    fleet.wait(lambda: db.count_sessions()[0] >= 4, "sessions", alive=(player,))
+    redis_server.stop()
+    fleet.wait(lambda: "unreachable" in player.stderr(), "the player to say it waits", alive=(player,))
+    assert "Traceback" not in player.stderr()
+    redis_server.start()  # an empty server on the same port: its data went with the old one
+    fleet.wait(lambda: db.count_sessions()[0] >= 4, "sessions after the restart", alive=(player,))
+    fleet.wait(lambda: "is back" in player.stderr(), "the player to say the database is back", alive=(player,))
+    assert player.stop(signal.SIGTERM) == 0, player.stderr()
+    assert "Traceback" not in player.stderr()
+
+
+# -- unreachable Redis, part 2 -----------------------------------------------------------------------------------------
+def test_unreachable_redis_makes_eval_give_up_with_one_error(unreachable_eval):
+    proc, port, _ = unreachable_eval
+    try:
+        code = proc.p.wait(timeout=120)  # eval retries for a bounded window, then gives up
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"eval against a closed port still runs after 120 s:\n{proc.stderr()}") from None
+    assert code != 0
+    err = proc.stderr()
+    assert "Traceback" not in err, err
+    *logged, last = err.strip().splitlines()
+    assert last.startswith("tinyverse: error: "), err
+    assert f"127.0.0.1:{port}" in last and "--db sqlite:///" in last, last
+    assert all(" WARNING: " in line and "waiting" in line for line in logged), "only the one waiting message"
