@@ -139,6 +139,9 @@ def test_player_records_sessions_across_episode_boundaries(db, max_steps):
     assert stored == added == B * rounds
     flat = [s for batch in spy.batches for s in batch]
     for s in db.sample_sessions(10):
+        if "id" in s:  # the id the database gave it: sessions are numbered 1, 2, ... in the order added
+            sid = int(s.pop("id"))
+            assert same_session(s, flat[sid - 1]), f"session {sid} is not the one added as number {sid}"
         assert any(same_session(s, f) for f in flat)
 
 
