@@ -41,7 +41,9 @@ class Experiment:
     - ``actions`` (B, T, ...), ``rewards`` (B, T) float32,
       ``terminated`` / ``truncated`` (B, T) bool;
     - ``memory.<name>`` (B, ...): the agent's memory before tick 0;
-    - ``version`` (B,): the params version that acted; ``worker`` (B,).
+    - ``version`` (B,): the params version that acted; ``worker`` (B,);
+      ``id`` (B,): the session's id in the database; ``info.<name>`` (B,):
+      what the player's ``session_info`` returned.
     """
 
     #: ticks per recorded session (sessions may cross episode boundaries)
@@ -74,6 +76,14 @@ class Experiment:
 
     def prepare_training(self) -> None:
         """Trainer-only setup (optimizers, compiled functions); players skip it."""
+
+    def sample(self, db, batch_size: int) -> list[Arrays]:
+        """Sessions for the next batch (called in the trainer's prefetch thread).
+
+        Uniform replay by default; override for prioritized replay, using
+        ``db.session_range()`` and ``db.get_sessions(ids)``.
+        """
+        return db.sample_sessions(batch_size)
 
     def train_step(self, batch: Arrays) -> dict[str, float]:
         """One update on a batch of sessions; return scalar metrics such as the loss."""

@@ -30,8 +30,8 @@ def collate(sessions: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 class Prefetcher:
     """A thread that keeps ``depth`` batches ready, so training never waits on the database."""
 
-    def __init__(self, db, batch_size: int, depth: int = 2):
-        self.db, self.batch_size = db, batch_size
+    def __init__(self, exp: Experiment, db, batch_size: int, depth: int = 2):
+        self.exp, self.db, self.batch_size = exp, db, batch_size
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
         self.error: BaseException | None = None
         self.done = threading.Event()
@@ -41,7 +41,7 @@ class Prefetcher:
     def _run(self):
         try:
             while not self.done.is_set():
-                sessions = self.db.sample_sessions(self.batch_size)
+                sessions = self.exp.sample(self.db, self.batch_size)
                 if len(sessions) < self.batch_size:
                     time.sleep(0.05)
                     continue
@@ -122,7 +122,7 @@ def train(
             worker.beat(force=True, updates=0, version=version)
             if not wait_for_sessions(db, batch_size, flag, worker):
                 return version
-            prefetch = Prefetcher(db, batch_size)
+            prefetch = Prefetcher(exp, db, batch_size)
             for _ in range(steps) if steps is not None else itertools.count():
                 if flag.stop:
                     break

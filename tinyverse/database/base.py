@@ -76,16 +76,42 @@ class Database(ABC):
             self._call(self._add, [encode(s) for s in sessions], int(capacity))
 
     def sample_sessions(self, n: int) -> list[Arrays]:
-        """``n`` sessions drawn uniformly (with replacement) in one round trip."""
+        """``n`` sessions drawn uniformly (with replacement), each with its ``id``."""
         if n < 1:  # HMGET of no fields is an error in Redis
             return []
+        return [s for _, s in self._decode(self._call(self._sample, n))]
+
+    def get_sessions(self, ids: list[int]) -> dict[int, Arrays]:
+        """``{id: session}`` for those of ``ids`` still stored (for prioritized replay)."""
+        if not len(ids):
+            return {}
+        return dict(self._decode(self._call(self._get, sorted({int(i) for i in ids})).items()))
+
+    def session_range(self) -> tuple[int, int]:
+        """(oldest, newest) stored id; newest < oldest when none are stored."""
+        return self._call(self._range)
+
+    def _decode(self, rows) -> list[tuple[int, Arrays]]:
         out = []
-        for blob in self._call(self._sample, n):
+        for i, blob in rows:
             try:
-                out.append(decode(blob))
+                out.append((i, {**decode(blob), "id": np.int64(i)}))
             except RecordError as e:
                 self.skipped += 1
-                log.warning("skipped a session in %s: %s", self.prefix, e)
+                log.warning("skipped a session (id %d) in %s: %s", i, self.prefix, e)
+        return out
+
+    def _sample(self, n: int) -> list[tuple[int, bytes]]:
+        out: list[tuple[int, bytes]] = []
+        for _ in range(10):  # ids evicted between reading the range and the rows are redrawn
+            lo, hi = self._range()
+            if hi < lo:
+                break
+            ids = self._draw(lo, hi, n - len(out))
+            found = self._get(sorted(set(ids)))
+            out += [(i, found[i]) for i in ids if i in found]
+            if len(out) == n:
+                break
         return out
 
     def count_sessions(self) -> tuple[int, int]:
@@ -176,7 +202,9 @@ class Database(ABC):
     @abstractmethod
     def _add(self, blobs: list[bytes], capacity: int) -> None: ...
     @abstractmethod
-    def _sample(self, n: int) -> list[bytes]: ...
+    def _range(self) -> tuple[int, int]: ...
+    @abstractmethod
+    def _get(self, ids: list[int]) -> dict[int, bytes]: ...
     @abstractmethod
     def _count(self) -> tuple[int, int]: ...
     @abstractmethod

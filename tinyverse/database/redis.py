@@ -6,6 +6,7 @@ evicting and counting happen in one Lua script, atomic for every reader; a
 batch is fetched with one HMGET. Keys are ``{prefix}:{name}``.
 """
 
+import random
 import time
 
 import redis
@@ -25,6 +26,19 @@ end
 local lo = tonumber(redis.call('GET', KEYS[3]) or '1')
 while id - lo + 1 > cap do redis.call('HDEL', KEYS[1], lo); lo = lo + 1 end
 redis.call('SET', KEYS[3], lo)
+"""
+
+SAMPLE = """
+local lo = tonumber(redis.call('GET', KEYS[3]) or '1')
+local hi = tonumber(redis.call('GET', KEYS[2]) or '0')
+if hi < lo then return {} end
+local out = {}
+for i = 1, #ARGV do
+  local id = lo + math.floor(tonumber(ARGV[i]) * (hi - lo + 1))
+  out[#out + 1] = id
+  out[#out + 1] = redis.call('HGET', KEYS[1], id)
+end
+return out
 """
 
 SET_CAPACITY = """
@@ -51,7 +65,7 @@ class RedisDatabase(Database):
         self.ring = [self.k["sessions"], self.k["seq"], self.k["lo"], self.k["meta"]]
         self.scripts = {
             name: self.r.register_script(src)
-            for name, src in [("add", ADD), ("capacity", SET_CAPACITY), ("params", SAVE_PARAMS)]
+            for name, src in [("add", ADD), ("sample", SAMPLE), ("capacity", SET_CAPACITY), ("params", SAVE_PARAMS)]
         }
         self._call(self.r.sadd, NAMESPACES, prefix)
 
@@ -64,16 +78,12 @@ class RedisDatabase(Database):
         self.scripts["add"](keys=self.ring, args=[capacity, *blobs])
 
     def _sample(self, n):
-        out: list[bytes] = []
-        for _ in range(10):  # ids evicted between reading the range and the rows are redrawn
-            lo, hi = self._range()
-            if hi < lo:
-                return out
-            ids = self._draw(lo, hi, n - len(out))
-            out += [b for b in self.r.hmget(self.k["sessions"], ids) if b is not None]
-            if len(out) == n:
-                break
-        return out
+        # one round trip: the client sends uniform draws, the script maps them onto lo..seq
+        rows = self.scripts["sample"](keys=self.ring[:3], args=[repr(random.random()) for _ in range(n)])
+        return [(int(i), blob) for i, blob in zip(rows[::2], rows[1::2], strict=True) if blob is not None]
+
+    def _get(self, ids):
+        return {i: b for i, b in zip(ids, self.r.hmget(self.k["sessions"], ids), strict=True) if b is not None}
 
     def _range(self) -> tuple[int, int]:
         lo, hi = self.r.mget(self.k["lo"], self.k["seq"])

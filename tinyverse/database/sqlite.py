@@ -59,9 +59,10 @@ class SQLiteDatabase(Database):
         except sqlite3.DatabaseError as e:  # not transient: a corrupt file, a vanished directory
             raise DatabaseError(f"SQLite database {self.path}: {e}") from None
 
-    def _range(self, db) -> tuple[int | None, int | None]:
-        s = self.t["sessions"]
-        return db.execute(f"SELECT (SELECT min(id) FROM {s}), (SELECT max(id) FROM {s})").fetchone()
+    def _range(self):
+        s = self.t["sessions"]  # two subqueries: one min(id), max(id) statement scans the table
+        lo, hi = self.db.execute(f"SELECT (SELECT min(id) FROM {s}), (SELECT max(id) FROM {s})").fetchone()
+        return (1, 0) if lo is None else (lo, hi)
 
     def _add(self, blobs, capacity):
         with self._write() as db:
@@ -74,34 +75,21 @@ class SQLiteDatabase(Database):
             last = db.execute("SELECT last_insert_rowid()").fetchone()[0]
             db.execute(f"DELETE FROM {self.t['sessions']} WHERE id <= ?", (last - capacity,))
 
-    def _sample(self, n):
-        out: list[bytes] = []
-        for _ in range(10):  # ids evicted between reading the range and the rows are redrawn
-            lo, hi = self._range(self.db)
-            if lo is None:
-                return out
-            ids = self._draw(lo, hi, n - len(out))
-            marks = ",".join("?" * len(set(ids)))
-            sql = f"SELECT id, data FROM {self.t['sessions']} WHERE id IN ({marks})"
-            found = dict(self.db.execute(sql, list(set(ids))).fetchall())
-            out += [found[i] for i in ids if i in found]
-            if len(out) == n:
-                break
-        return out
+    def _get(self, ids):
+        sql = f"SELECT id, data FROM {self.t['sessions']} WHERE id IN ({','.join('?' * len(ids))})"
+        return dict(self.db.execute(sql, ids).fetchall())
 
     def _count(self):
-        lo, hi = self._range(self.db)
+        lo, hi = self._range()
         seq = self.db.execute("SELECT seq FROM sqlite_sequence WHERE name = ?", (self.t["sessions"][1:-1],))
         added = (seq.fetchone() or (0,))[0]
-        return (0 if lo is None else hi - lo + 1), added
+        return hi - lo + 1, added
 
     def _set_meta(self, key, value):
         with self._write() as db:
             db.execute(f"INSERT OR REPLACE INTO {self.t['meta']} VALUES (?, ?)", (key, value))
             if key == "capacity":  # evict at once, not only on the next append
-                lo, hi = self._range(db)
-                if hi is not None:
-                    db.execute(f"DELETE FROM {self.t['sessions']} WHERE id <= ?", (hi - int(value),))
+                db.execute(f"DELETE FROM {self.t['sessions']} WHERE id <= ?", (self._range()[1] - int(value),))
 
     def _get_meta(self, key):
         row = self.db.execute(f"SELECT value FROM {self.t['meta']} WHERE key = ?", (key,)).fetchone()
