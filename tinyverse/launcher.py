@@ -7,6 +7,7 @@ number of env steps, or once the recent mean return reaches a target.
 """
 
 import logging
+import os
 import subprocess
 import sys
 import tempfile
@@ -26,16 +27,20 @@ CRASH_WINDOW = 120.0  # crashes older than this are forgiven
 class Child:
     """One supervised worker process, its log file and its crash history."""
 
-    def __init__(self, name: str, argv: list[str], logdir: Path, max_crashes: int):
+    def __init__(self, name: str, argv: list[str], logdir: Path, max_crashes: int, index: int, count: int):
         self.name, self.argv, self.logfile = name, argv, logdir / f"{name}.log"
         self.max_crashes = max_crashes
+        # e.g. Ape-X: player i of n explores with its own epsilon
+        self.env = {**os.environ, "TINYVERSE_WORKER_INDEX": str(index), "TINYVERSE_WORKER_COUNT": str(count)}
         self.proc: subprocess.Popen | None = None
         self.crashes: deque[float] = deque()
         self.restart_at = 0.0
 
     def start(self) -> None:
         with open(self.logfile, "ab") as out:
-            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(
+                self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env
+            )
 
     def tail(self, n: int = 8) -> str:
         lines = self.logfile.read_text(errors="replace").splitlines()[-n:]
@@ -109,8 +114,13 @@ def run_fleet(
 ) -> str:
     """Supervise the fleet until stopped; return why it stopped."""
     logdir = Path(tempfile.mkdtemp(prefix=f"tinyverse-{db.prefix}-"))
-    children = [Child(f"trainer-{i}", [*base_argv, "train", *train_args], logdir, max_crashes) for i in range(trainers)]
-    children += [Child(f"player-{i}", [*base_argv, "play", *play_args], logdir, max_crashes) for i in range(players)]
+    children = [
+        Child(f"trainer-{i}", [*base_argv, "train", *train_args], logdir, max_crashes, i, trainers)
+        for i in range(trainers)
+    ]
+    children += [
+        Child(f"player-{i}", [*base_argv, "play", *play_args], logdir, max_crashes, i, players) for i in range(players)
+    ]
     since = db.metrics("episodes", 1)
     seen_time = since[-1]["time"] if since else 0.0  # the target counts only this run's episodes
     start_steps = db.count_sessions()[1] * exp.session_length
