@@ -153,7 +153,22 @@ def test_help_explains_every_mode_and_flag(tmp_path):
     for mode, names in flags.items():
         out = cli(EXP, mode, "--help", cwd=tmp_path).stdout
         for flag in [*names, "--db", "--prefix", "--host", "--port", "--password"]:
-            assert re.search(rf"{flag}\b.*\s+\w+", out), f"{mode} --help does not explain {flag}:\n{out}"
+            assert len(option_help(out, flag).split()) >= 2, f"{mode} --help does not explain {flag}:\n{out}"
+
+
+def option_help(text: str, flag: str) -> str:
+    """The help text argparse shows for ``flag``: after its invocation, maybe on the lines below."""
+    lines = text.splitlines()
+    for n, line in enumerate(lines):
+        invocation, _, rest = line.strip().partition("  ")
+        if line.lstrip().startswith("-") and flag in re.split(r"[ ,]+", invocation):
+            more = []
+            for below in lines[n + 1 :]:
+                if not below.strip() or below.lstrip().startswith("-"):
+                    break
+                more.append(below.strip())
+            return " ".join([rest.strip(), *more])
+    return ""
 
 
 # -- play and train together, then eval --------------------------------------------------------------------------------
