@@ -198,7 +198,9 @@ class TestSessions:
         db.add_sessions([tiny(i) for i in range(3, 12)], capacity=5)  # one call past capacity
         db.add_sessions([tiny(12)], capacity=5)
         assert db.count_sessions() == (5, 13)
-        assert set(markers(db.sample_sessions(400))) == {8, 9, 10, 11, 12}
+        got = db.sample_sessions(400)
+        assert set(markers(got)) == {8, 9, 10, 11, 12}
+        assert all(int(s["id"]) == int(s["i"]) + 1 for s in got), "each session carries the id it was added under"
         assert [i for i, _ in raw_records(db)] == [9, 10, 11, 12, 13]
 
     def test_the_first_capacity_sticks(self, db):
@@ -244,6 +246,29 @@ class TestSessions:
         assert len(got) == 256 and all(19_000 <= i < 20_000 for i in got)
 
 
+class TestSessionIds:
+    def test_range_and_get_by_id(self, db):
+        lo, hi = db.session_range()
+        assert hi < lo
+        assert db.get_sessions([1, 2]) == {} and db.get_sessions([]) == {}
+        db.add_sessions([tiny(i) for i in range(10)], capacity=6)
+        assert db.session_range() == (5, 10)
+        got = db.get_sessions([10, 5, 4, 7, 7, 99])  # evicted, repeated and unknown ids
+        assert sorted(got) == [5, 7, 10]
+        assert {i: (int(s["i"]), int(s["id"])) for i, s in got.items()} == {5: (4, 5), 7: (6, 7), 10: (9, 10)}
+        assert db.get_sessions(np.array([6, 8])).keys() == {6, 8}
+        db.clear(sessions=True)
+        lo, hi = db.session_range()
+        assert hi < lo and db.get_sessions([5, 10]) == {}
+
+    def test_sampled_ids_fetch_the_same_sessions(self, db):
+        db.add_sessions([make_session(i) for i in range(20)])
+        sampled = db.sample_sessions(8)
+        again = db.get_sessions([int(s["id"]) for s in sampled])
+        for s in sampled:
+            assert check_session(again[int(s["id"])]) == check_session(s)
+
+
 class TestForeignRecords:
     def test_corrupt_and_foreign_records_are_skipped_with_a_warning(self, db, caplog, tmp_path):
         target = tmp_path / "pwned"
@@ -274,6 +299,12 @@ class TestForeignRecords:
         assert db.skipped > 0
         assert "skipped" in caplog.text and "corrupt or foreign record" in caplog.text
         assert not target.exists()
+
+        # fetching by id skips them the same way
+        skipped = db.skipped
+        lo, hi = db.session_range()
+        assert set(markers(db.get_sessions(list(range(lo, hi + 1))).values())) == {0, 1, 2, 3}
+        assert db.skipped == skipped + len(bad)
 
         # nothing stored was lost, and the good sessions still sample
         assert db.count_sessions()[0] == 4 + len(bad)
@@ -547,9 +578,11 @@ def test_redis_sample_and_count_use_only_bounded_commands(redis_server, prefix):
     def fill(upto: int) -> None:
         stored = db.count_sessions()[1]
         for start in range(stored, upto, 2_000):
-            db.add_sessions([tiny(i) for i in range(start, min(start + 2_000, upto))], capacity=BIG)
+            db.add_sessions([tiny(i) for i in range(start, min(start + 2_000, upto))])
 
     bounded = {"get", "mget", "hget", "hmget", "exists", "hexists", "evalsha", "eval"}
+    db.add_sessions([tiny(0)], capacity=BIG)
+    db.sample_sessions(1)  # loads any script once, so that only the steady state is counted
     seen = {}
     for size in (1_000, 20_000):
         fill(size)
