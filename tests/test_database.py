@@ -526,6 +526,29 @@ class TestConcurrency:
             join_all([writer])
         assert len(seen) >= 25, f"saw only versions {sorted(seen)}"
 
+    def test_writers_killed_mid_stream_leave_no_damage(self, db, db_url, tmp_path):
+        sessions = start(WRITE_SESSIONS, db_url, db.prefix, 3, BIG, BIG)
+        params = start(PUBLISH_PARAMS, db_url, db.prefix, tmp_path / "never")
+        try:
+            wait_for(lambda: db.count_sessions()[1] >= 100 and (db.params_version() or 0) >= 10, "both writers")
+        finally:
+            for p in (sessions, params):
+                p.kill()  # SIGKILL, mid-write as likely as not
+                p.wait()
+                p.stderr.close()
+        stored, added = db.count_sessions()
+        records = raw_records(db)
+        assert stored == added == len(records) >= 100
+        assert [i for i, _ in records] == list(range(1, added + 1))
+        assert sorted(check_session(decode(data), sampled=False) for _, data in records) == [
+            (3, i) for i in range(added)
+        ]
+        version, loaded = db.load_params()
+        assert version >= 10
+        for k, v in params_of(version).items():
+            np.testing.assert_array_equal(loaded[k], v, err_msg=k)
+        assert db.save_params(params_of(version + 1)) == version + 1  # and writing goes on
+
 
 # -- bounded work per sample, checked without timing --------------------------------
 
