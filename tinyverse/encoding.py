@@ -8,6 +8,7 @@ a quarter of their size.
 """
 
 import json
+import math
 import struct
 import zlib
 
@@ -55,13 +56,16 @@ def decode(data: bytes) -> dict[str, np.ndarray]:
             if len(raw) != size:
                 raise ValueError("truncated record")
             pos += size
-            if codec == "zlib":
-                raw = zlib.decompress(raw)
+            if codec == "zlib":  # inflate no more than the shape holds: a tiny record must not fill memory
+                want, z = math.prod(shape) * dt.itemsize, zlib.decompressobj()
+                raw = z.decompress(raw, max(want, 1))  # 0 would mean no limit
+                if len(raw) != want or not z.eof or z.unconsumed_tail:
+                    raise ValueError("compressed data does not fit the shape")
             elif codec != "raw":
                 raise ValueError(f"unknown codec {codec!r}")
             out[str(name)] = np.frombuffer(raw, dtype=dt).reshape(shape)
         if pos != len(data):
             raise ValueError("trailing bytes")
         return out
-    except (ValueError, TypeError, KeyError, struct.error, zlib.error, UnicodeDecodeError, RecursionError) as e:
+    except (ValueError, TypeError, KeyError, struct.error, zlib.error, RecursionError, OverflowError) as e:
         raise RecordError(f"corrupt or foreign record ({e})") from None
