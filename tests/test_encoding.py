@@ -4,6 +4,7 @@ import json
 import pickle
 import random
 import struct
+import tracemalloc
 import zlib
 
 import numpy as np
@@ -247,3 +248,34 @@ def test_a_pickled_numpy_object_array_is_not_decoded(tmp_path):
         with pytest.raises(RecordError):
             decode(data)
     assert not target.exists()
+
+
+def test_a_zlib_bomb_is_refused_before_it_inflates():
+    """200 MB of zeros squeezed into ~200 KB, declared as one int32: decoding must not allocate the 200 MB."""
+    bomb = zlib.compress(bytes(200 * 2**20), 9)
+    data = record([["a", "<i4", [1], "zlib", len(bomb)]], bomb)
+    tracemalloc.start()
+    try:
+        with pytest.raises(RecordError):
+            decode(data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 * 2**20, f"decoding allocated {peak / 2**20:.0f} MiB"
+
+
+def test_zlib_data_must_fill_exactly_the_declared_shape():
+    short = zlib.compress(b"\1" * 8)
+    with pytest.raises(RecordError):
+        decode(record([["a", "<i4", [4], "zlib", len(short)]], short))
+    unfinished = zlib.compress(bytes(4096))[:-6]
+    with pytest.raises(RecordError):
+        decode(record([["a", "|u1", [4096], "zlib", len(unfinished)]], unfinished))
+    ok = zlib.compress(np.arange(4, dtype="<i4").tobytes())
+    assert_same(decode(record([["a", "<i4", [4], "zlib", len(ok)]], ok)), {"a": np.arange(4, dtype="<i4")})
+    for shape in ([-1], [2**40, 2**40], [2**70], 4, ["4"], [4.0]):
+        with pytest.raises(RecordError):
+            decode(record([["a", "<i4", shape, "zlib", len(ok)]], ok))
+    for shape in ([2**40, 2**40], [2**70], ["4"], [4.0]):
+        with pytest.raises(RecordError):
+            decode(record([["a", "<i4", shape, "raw", 16]], np.arange(4, dtype="<i4").tobytes()))
