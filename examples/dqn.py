@@ -1,0 +1,471 @@
+"""DQN with the improvements that matter, for vector observations and discrete actions (CleanRL style).
+
+    DQN_ENV=LunarLander-v3 python -m tinyverse examples/dqn.py play &
+    DQN_ENV=LunarLander-v3 python -m tinyverse examples/dqn.py train &
+    DQN_ENV=LunarLander-v3 python -m tinyverse examples/dqn.py eval -n 10 --no-record
+
+Configuration: ``DQN_ENV`` picks the environment and its preset (CartPole-v1, the default,
+Acrobot-v1, LunarLander-v3; RL-Zoo's SB3 DQN hyperparameters where they apply). Every field of
+``Args`` can then be overridden by an environment variable ``DQN_<FIELD>``, e.g. ``DQN_PER=0``,
+``DQN_N_STEP=1``, ``DQN_LEARNING_RATE=1e-3``. Players and trainers must see the same settings
+(the CLI's ``--prefix`` keeps differently configured runs apart). Each improvement has a switch,
+so its effect can be measured (``bench/dqn.py --ablate``):
+
+- double Q-learning (``DQN_DOUBLE``): the online net picks the next action, the target net values
+  it. https://arxiv.org/abs/1509.06461
+- dueling heads (``DQN_DUELING``): Q = V + A - mean(A), each stream with its own hidden layer.
+  https://arxiv.org/abs/1511.06581
+- n-step returns (``DQN_N_STEP``), computed inside a session and never across an episode end: a
+  terminated episode adds no bootstrap, a truncated one bootstraps from its final observation,
+  and the last ticks of a session use the m < n steps left (a correct, shorter target).
+- prioritized replay (``DQN_PER``), design below. https://arxiv.org/abs/1511.05952
+- Ape-X exploration: player i of n plays with its own final epsilon
+  eps_i = apex_base ** (1 + apex_alpha * i / (n - 1)) (https://arxiv.org/abs/1803.00933), from
+  TINYVERSE_WORKER_INDEX / TINYVERSE_WORKER_COUNT that ``run`` sets (a random i of
+  ``apex_players`` when unset; a lone player, n = 1, uses ``eps_end``). Epsilon decays linearly
+  from ``eps_start`` to eps_i with trainer updates and is stored with every session
+  (``info.epsilon``).
+
+Prioritized replay lives in the TRAINER, not the database. Many players write, one trainer samples,
+and only the trainer knows TD errors: keeping priorities next to it costs no round trip per update,
+needs no new database primitive, and keeps the database a dumb ring of sessions that every backend
+implements alike. The trainer keeps a sum tree over the ring of session ids (leaf = id % capacity).
+Before each batch, ``sample`` reads ``db.session_range()`` (one cheap call): ids newer than any it
+has seen enter with the maximum priority so far, ids below the range (evicted) drop to zero. It
+then draws a batch of ids from the tree, stratified, in O(log N) each, and fetches them with one
+``db.get_sessions(ids)``; ids evicted in between are zeroed and redrawn. ``train_step`` sets the
+priorities of the batch's ids (``batch["id"]``) from their TD errors, R2D2's mix for sequences
+p = (eta max|d| + (1 - eta) mean|d| + eps) ** alpha (https://openreview.net/forum?id=r1lyTjAqYX),
+and weighs each session's loss by its importance-sampling weight (N P)^-beta / max, with beta
+annealed to 1. A restarted trainer starts with every stored session at the maximum priority. A
+second trainer would keep its own tree: fine for parameter-server style training, where each
+trainer then prioritizes by its own errors.
+
+Pacing: players and trainers run decoupled, so this file keeps the replay ratio (updates per env
+step) that the baseline uses: the trainer waits while updates > replay_ratio x env steps; a player
+waits while env steps > learning_starts + pace_slack + updates / replay_ratio (it learns the
+update count from the params).
+"""
+
+import dataclasses
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import tinyverse
+from tinyverse.player import sync_params
+
+# With several processes on few cores, torch's default thread count is a 4x trap (MEASURED.md).
+torch.set_num_threads(1)
+
+
+@dataclass
+class Args:
+    env_id: str = "CartPole-v1"
+    """the Gymnasium environment (set it with DQN_ENV, which also picks the preset)"""
+    hidden: int = 256
+    """units in each hidden layer"""
+    learning_rate: float = 2.3e-3
+    """Adam step size"""
+    gamma: float = 0.99
+    """discount factor"""
+    session_length: int = 16
+    """ticks per recorded session"""
+    batch_sessions: int = 4
+    """sessions per minibatch; each brings session_length transitions"""
+    buffer_transitions: int = 100_000
+    """transitions kept in the database (buffer_transitions // session_length sessions)"""
+    replay_ratio: float = 0.5
+    """trainer updates per env step (SB3: gradient_steps / train_freq)"""
+    learning_starts: int = 1000
+    """env steps played before the first update (players run ahead by this much)"""
+    pace_slack: int = 1000
+    """env steps a player may run ahead of updates / replay_ratio"""
+    target_every: int = 128
+    """updates between copies of the online net into the target net"""
+    max_grad_norm: float = 10.0
+    """gradient clipping (global L2 norm)"""
+    eps_start: float = 1.0
+    """exploration epsilon before any update"""
+    eps_end: float = 0.04
+    """final epsilon of a lone player"""
+    exploration_steps: int = 8000
+    """env steps over which epsilon decays (counted as updates / replay_ratio)"""
+    apex_base: float = 0.4
+    """Ape-X: player i of n ends at apex_base ** (1 + apex_alpha * i / (n - 1))"""
+    apex_alpha: float = 7.0
+    """Ape-X: spread of the players' epsilons"""
+    apex_players: int = 8
+    """Ape-X: n assumed when TINYVERSE_WORKER_COUNT is unset (i is then drawn at random)"""
+    double: bool = True
+    """double Q-learning"""
+    dueling: bool = True
+    """dueling value/advantage heads"""
+    n_step: int = 3
+    """n of n-step returns (1: plain one-step TD)"""
+    per: bool = True
+    """prioritized replay (else uniform)"""
+    per_alpha: float = 0.6
+    """how much prioritization is used (0: uniform)"""
+    per_beta: float = 0.4
+    """importance-sampling exponent at the start, annealed to 1"""
+    per_beta_updates: int = 20_000
+    """updates over which beta reaches 1"""
+    per_eta: float = 0.9
+    """session priority mixes max and mean |TD error| (R2D2)"""
+    per_eps: float = 1e-3
+    """added to |TD error| so that no session is never replayed"""
+
+
+# RL-Zoo's SB3 DQN hyperparameters (hyperparams/dqn.yml), in this file's terms
+PRESETS = {
+    "CartPole-v1": {},
+    "Acrobot-v1": dict(
+        learning_rate=6.3e-4,
+        batch_sessions=8,
+        buffer_transitions=50_000,
+        replay_ratio=1.0,
+        learning_starts=0,
+        target_every=250,
+        eps_end=0.1,
+        exploration_steps=12_000,
+        per_beta_updates=100_000,
+    ),
+}
+PRESETS["LunarLander-v3"] = PRESETS["Acrobot-v1"]
+
+
+def args_from_env(environ=os.environ) -> Args:
+    """Args of the preset that DQN_ENV names, with DQN_<FIELD> overrides."""
+    env_id = environ.get("DQN_ENV") or environ.get("DQN_ENV_ID") or Args.env_id
+    args = Args(**{"env_id": env_id, **PRESETS.get(env_id, {})})
+    for f in dataclasses.fields(Args):
+        value = environ.get(f"DQN_{f.name.upper()}")
+        if value is None or f.name == "env_id":
+            continue
+        kind = type(getattr(args, f.name))
+        if kind is bool:
+            if value.lower() not in ("0", "1", "true", "false", "yes", "no"):
+                raise ValueError(f"DQN_{f.name.upper()}={value!r}: use 0 or 1")
+            setattr(args, f.name, value.lower() in ("1", "true", "yes"))
+        else:
+            setattr(args, f.name, kind(value))
+    return args
+
+
+def apex_epsilon(args: Args, index: int, count: int) -> float:
+    """Final epsilon of player ``index`` of ``count`` (Ape-X); a lone player uses eps_end."""
+    if count <= 1:
+        return args.eps_end
+    return args.apex_base ** (1 + args.apex_alpha * index / (count - 1))
+
+
+def nstep_targets(observations, final_observations, rewards, terminated, truncated, n: int, gamma: float):
+    """n-step returns inside sessions: (returns, bootstrap observations, bootstrap discounts).
+
+    For tick t the return sums rewards of ticks t..t+m-1, where m <= n stops at the end of the
+    episode (if it ends in the window) or of the session. The target is then
+    ``returns + discounts * V(bootstrap observations)``: discount gamma^m, zero after a
+    termination; the observation after tick t+m-1, the episode's final one after a truncation.
+    """
+    B, T = rewards.shape
+    ended = terminated | truncated
+    returns = np.zeros((B, T), np.float32)
+    discounts = np.zeros((B, T), np.float32)
+    boot = np.zeros_like(final_observations)
+    live = np.ones((B, T), bool)
+    t = np.arange(T)
+    for k in range(n):
+        i = np.minimum(t + k, T - 1)
+        inside = (t + k < T)[None]
+        step = live & inside
+        returns += np.where(step, gamma**k * rewards[:, i], 0)
+        e = ended[:, i]
+        stop = step & (e | (k == n - 1) | (t + k == T - 1)[None])
+        discounts = np.where(stop, np.where(terminated[:, i], 0.0, gamma ** (k + 1)), discounts)
+        after = np.where(e[..., None], final_observations[:, i], observations[:, i + 1])
+        boot = np.where(stop[..., None], after, boot)
+        live &= ~stop
+    return returns, boot, discounts.astype(np.float32)
+
+
+class SumTree:
+    """Priorities on ``capacity`` leaves in a binary sum tree: O(log N) update and draw."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.size = 1 << max(0, (capacity - 1).bit_length())  # leaves: a power of two
+        self.tree = np.zeros(2 * self.size)
+
+    @property
+    def total(self) -> float:
+        return float(self.tree[1])
+
+    def get(self, leaves: np.ndarray) -> np.ndarray:
+        return self.tree[np.asarray(leaves) + self.size]
+
+    def set(self, leaves: np.ndarray, priorities: np.ndarray) -> None:
+        """Set leaves, then re-add their ancestors level by level (log N levels)."""
+        idx = np.asarray(leaves, np.int64) + self.size
+        self.tree[idx] = priorities
+        while len(idx) and idx[0] > 1:
+            idx = np.unique(idx // 2)
+            self.tree[idx] = self.tree[2 * idx] + self.tree[2 * idx + 1]
+
+    def find(self, values: np.ndarray) -> np.ndarray:
+        """Leaf of each value in [0, total): the leaf whose cumulative range holds it."""
+        v = np.minimum(np.asarray(values, np.float64), np.nextafter(self.total, 0))
+        idx = np.ones(len(v), np.int64)
+        while idx[0] < self.size:
+            left = self.tree[2 * idx]
+            right = (v >= left) & (self.tree[2 * idx + 1] > 0)  # never into an empty subtree
+            v = np.where(right, v - left, v)
+            idx = 2 * idx + right
+        return idx - self.size
+
+
+class PrioritizedReplay:
+    """The trainer's priorities over the database's ring of session ids (see the module docstring)."""
+
+    def __init__(self, capacity: int, alpha: float, rng: np.random.Generator | None = None):
+        self.tree = SumTree(capacity)
+        self.owner = np.zeros(capacity, np.int64)  # id held by each leaf (0: none)
+        self.lo, self.hi = 1, 0  # ids known to be stored
+        self.alpha, self.max_priority = alpha, 1.0
+        self.rng = rng or np.random.default_rng()
+        self.lock = threading.Lock()  # sample() runs in the prefetch thread, update() in training
+
+    def __len__(self) -> int:
+        return max(self.hi - self.lo + 1, 0)
+
+    def sync(self, lo: int, hi: int) -> None:
+        """Follow the stored range: evicted ids drop out, new ids enter at the max priority."""
+        with self.lock:
+            if hi - lo + 1 > self.tree.capacity:
+                self._grow(2 * (hi - lo + 1))
+            if hi < lo:  # cleared
+                self._forget(np.arange(self.lo, self.hi + 1))
+            else:
+                self._forget(np.arange(self.lo, min(lo - 1, self.hi) + 1))
+                new = np.arange(max(self.hi + 1, lo), hi + 1)
+                slots = new % self.tree.capacity
+                self.owner[slots] = new
+                self.tree.set(slots, np.full(len(new), self.max_priority))
+            self.lo, self.hi = lo, hi
+
+    def draw(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` ids drawn in proportion to priority (stratified), and their probabilities."""
+        with self.lock:
+            total = self.tree.total
+            if total <= 0:
+                return np.zeros(0, np.int64), np.zeros(0)
+            leaves = self.tree.find((np.arange(n) + self.rng.random(n)) * (total / n))
+            return self.owner[leaves], self.tree.get(leaves) / total
+
+    def update(self, ids: np.ndarray, errors: np.ndarray) -> None:
+        """Set priorities (errors ** alpha) of ids still stored; a later id in the same slot is left alone."""
+        with self.lock:
+            ids = np.asarray(ids, np.int64)
+            slots = ids % self.tree.capacity
+            keep = self.owner[slots] == ids
+            p = np.asarray(errors, np.float64)[keep] ** self.alpha
+            self.tree.set(slots[keep], p)
+            if len(p):
+                self.max_priority = max(self.max_priority, float(p.max()))
+
+    def forget(self, ids) -> None:
+        with self.lock:
+            self._forget(np.asarray(ids, np.int64))
+
+    def _forget(self, ids: np.ndarray) -> None:
+        slots = ids % self.tree.capacity
+        keep = self.owner[slots] == ids
+        self.owner[slots[keep]] = 0
+        self.tree.set(slots[keep], np.zeros(int(keep.sum())))
+
+    def _grow(self, capacity: int) -> None:
+        ids = self.owner[self.owner > 0]
+        priorities = self.tree.get(ids % self.tree.capacity)
+        self.tree, self.owner = SumTree(capacity), np.zeros(capacity, np.int64)
+        self.owner[ids % capacity] = ids
+        self.tree.set(ids % capacity, priorities)
+
+
+class QNet(nn.Module):
+    def __init__(self, n_obs: int, n_act: int, hidden: int, dueling: bool):
+        super().__init__()
+        self.dueling = dueling
+        self.trunk = nn.Sequential(nn.Linear(n_obs, hidden), nn.ReLU())
+
+        def stream(out):
+            return nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, out))
+
+        if dueling:  # each stream has its own hidden layer, as in the paper
+            self.value, self.advantage = stream(1), stream(n_act)
+        else:
+            self.head = stream(n_act)
+
+    def forward(self, x):
+        h = self.trunk(x)
+        if not self.dueling:
+            return self.head(h)
+        a = self.advantage(h)
+        return self.value(h) + a - a.mean(1, keepdim=True)
+
+
+class DQN(tinyverse.Experiment):
+    def __init__(self, db=None, args: Args | None = None):
+        super().__init__(db)
+        self.args = a = args or args_from_env()
+        assert a.n_step >= 1, "n_step must be at least 1"
+        self.session_length = a.session_length
+        self.buffer_size = max(1, a.buffer_transitions // a.session_length)
+        self.train_batch_size = a.batch_sessions
+        env = self.make_env()
+        assert isinstance(env.action_space, gym.spaces.Discrete), "only discrete actions"
+        assert len(env.observation_space.shape) == 1, "only vector observations"
+        n_obs, self.n_act = env.observation_space.shape[0], int(env.action_space.n)
+        env.close()
+        self.q = QNet(n_obs, self.n_act, a.hidden, a.dueling)
+        self.target = QNet(n_obs, self.n_act, a.hidden, a.dueling)
+        self.target.load_state_dict(self.q.state_dict())
+        self.updates = 0  # trainer updates so far, shared through params
+        self.rng = np.random.default_rng()
+        self.version = None  # params version a waiting player last loaded
+        self.per: PrioritizedReplay | None = None
+        index, count = os.environ.get("TINYVERSE_WORKER_INDEX"), os.environ.get("TINYVERSE_WORKER_COUNT")
+        if index is None or count is None:
+            count = a.apex_players
+            index = random.randrange(count)
+        self.final_epsilon = apex_epsilon(a, int(index), int(count))
+
+    def make_env(self, render_mode=None):
+        return gym.make(self.args.env_id, render_mode=render_mode)
+
+    # -- players ----------------------------------------------------------------
+    def epsilon(self) -> float:
+        # Decays with trainer updates, not this player's steps: a fast player (or ten) would
+        # otherwise reach its final epsilon before the net knows anything.
+        a = self.args
+        progress = min(1.0, self.updates / max(a.exploration_steps * a.replay_ratio, 1))
+        return a.eps_start + (self.final_epsilon - a.eps_start) * progress
+
+    @torch.no_grad()
+    def act(self, observations, memory, greedy=False):
+        actions = self.q(torch.as_tensor(observations, dtype=torch.float32)).argmax(1).numpy()
+        if not greedy:
+            explore = self.rng.random(len(actions)) < self.epsilon()
+            actions = np.where(explore, self.rng.integers(self.n_act, size=len(actions)), actions)
+        return actions, memory
+
+    def session_info(self):
+        # Called once per recorded round, before it is stored: the player's pacing point.
+        eps = self.epsilon()  # the one this round played with
+        if self.db is not None:
+            a, T = self.args, self.session_length
+            while self.db.count_sessions()[1] * T > a.learning_starts + a.pace_slack + self.updates / a.replay_ratio:
+                time.sleep(0.01)
+                self.version = sync_params(self, self.db, self.version)
+        return {"epsilon": eps}
+
+    # -- trainer ----------------------------------------------------------------
+    def prepare_training(self):
+        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=self.args.learning_rate)
+
+    def beta(self) -> float:
+        a = self.args
+        return min(1.0, a.per_beta + (1 - a.per_beta) * self.updates / max(a.per_beta_updates, 1))
+
+    def sample(self, db, batch_size):
+        if not self.args.per:
+            return db.sample_sessions(batch_size)
+        lo, hi = db.session_range()
+        if self.per is None:
+            self.per = PrioritizedReplay(max(db.capacity() or self.buffer_size, hi - lo + 1, 1), self.args.per_alpha)
+        self.per.sync(lo, hi)
+        picked: list[tuple[dict, float]] = []
+        for _ in range(10):  # ids evicted since session_range() are zeroed and redrawn
+            ids, probs = self.per.draw(batch_size - len(picked))
+            found = db.get_sessions(ids)
+            self.per.forget([i for i in ids if i not in found])
+            picked += [(found[i], p) for i, p in zip(ids, probs, strict=True) if i in found]
+            if len(picked) == batch_size:
+                break
+        if not picked:
+            return []
+        w = (len(self.per) * np.array([p for _, p in picked])) ** -self.beta()
+        w /= w.max()
+        return [{**s, "is_weight": np.float32(wi)} for (s, _), wi in zip(picked, w, strict=True)]
+
+    def train_step(self, batch):
+        a = self.args
+        if self.db is not None:
+            self.wait_for_players()
+        B, T = batch["rewards"].shape
+        returns, boot, discounts = nstep_targets(
+            batch["observations"],
+            batch["final_observations"],
+            batch["rewards"],
+            batch["terminated"],
+            batch["truncated"],
+            a.n_step,
+            a.gamma,
+        )
+        obs = torch.as_tensor(batch["observations"][:, :-1], dtype=torch.float32).flatten(0, 1)
+        boot = torch.as_tensor(boot, dtype=torch.float32).flatten(0, 1)
+        actions = torch.as_tensor(batch["actions"]).flatten().long()
+        with torch.no_grad():
+            if a.double:  # the online net picks the action, the target net values it
+                best = self.q(boot).argmax(1, keepdim=True)
+                value = self.target(boot).gather(1, best).squeeze(1)
+            else:
+                value = self.target(boot).max(1).values
+            target = torch.as_tensor(returns).flatten() + torch.as_tensor(discounts).flatten() * value
+        q = self.q(obs).gather(1, actions[:, None]).squeeze(1)
+        per_session = F.smooth_l1_loss(q, target, reduction="none").view(B, T).mean(1)
+        weights = torch.as_tensor(batch["is_weight"]) if "is_weight" in batch else torch.ones(B)
+        loss = (weights * per_session).mean()
+        self.optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.q.parameters(), a.max_grad_norm)
+        self.optimizer.step()
+        self.updates += 1
+        if self.updates % a.target_every == 0:
+            self.target.load_state_dict(self.q.state_dict())
+        if self.per is not None and "id" in batch:
+            td = (target - q).detach().abs().view(B, T).numpy()
+            self.per.update(batch["id"], a.per_eta * td.max(1) + (1 - a.per_eta) * td.mean(1) + a.per_eps)
+        return {"loss": loss.item(), "q": q.mean().item(), "epsilon": self.epsilon()}
+
+    def wait_for_players(self):
+        """Wait while updates > replay_ratio x env steps (the trainer is ahead)."""
+        a, since = self.args, time.monotonic()
+        while self.updates > a.replay_ratio * self.db.count_sessions()[1] * self.session_length:
+            if since is not None and time.monotonic() - since > 1:
+                # a waiting player needs our update count: publish it
+                self.db.save_params(self.get_params())
+                since = None
+            time.sleep(0.005)
+
+    # -- params -----------------------------------------------------------------
+    def get_params(self):
+        params = {f"q.{k}": v.numpy().copy() for k, v in self.q.state_dict().items()}
+        params |= {f"target.{k}": v.numpy().copy() for k, v in self.target.state_dict().items()}
+        return params | {"updates": np.array(self.updates, np.int64)}
+
+    def set_params(self, params):
+        for name, net in (("q", self.q), ("target", self.target)):
+            net.load_state_dict({k: torch.from_numpy(params[f"{name}.{k}"].copy()) for k in net.state_dict()})
+        self.updates = int(params["updates"])
+
+
+def make_experiment(db):
+    return DQN(db)
