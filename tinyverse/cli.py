@@ -181,7 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = {}
     for name, fn in MODES.items():
         doc = fn.__doc__.strip()
-        p[name] = sub.add_parser(name, parents=[common], help=doc, description=doc)
+        exp = "EXPERIMENT.py" if name in NEEDS_EXPERIMENT else "[EXPERIMENT.py]"
+        prog = f"python -m tinyverse {exp} {name}"
+        p[name] = sub.add_parser(name, parents=[common], help=doc, description=doc, prog=prog)
     p["play"].add_argument("-b", "--batch-size", type=int, help="environments played at once (default: experiment's)")
     p["play"].add_argument("-n", "--sessions", type=int, help="rounds of sessions to record, then exit")
     p["play"].add_argument("-s", "--sync-every", type=int, default=1, help="check for new params every S rounds")

@@ -49,6 +49,11 @@ while id - lo + 1 > tonumber(ARGV[1]) do redis.call('HDEL', KEYS[1], lo); lo = l
 redis.call('SET', KEYS[3], lo)
 """
 
+CLEAR = """
+redis.call('UNLINK', KEYS[1])
+redis.call('SET', KEYS[3], tonumber(redis.call('GET', KEYS[2]) or '0') + 1)
+"""
+
 SAVE_PARAMS = """
 if ARGV[3] == '1' and redis.call('HEXISTS', KEYS[1], 'data') == 1 then return false end
 local v = math.max(tonumber(redis.call('HGET', KEYS[1], 'version') or '0') + 1, tonumber(ARGV[2]))
@@ -65,7 +70,13 @@ class RedisDatabase(Database):
         self.ring = [self.k["sessions"], self.k["seq"], self.k["lo"], self.k["meta"]]
         self.scripts = {
             name: self.r.register_script(src)
-            for name, src in [("add", ADD), ("sample", SAMPLE), ("capacity", SET_CAPACITY), ("params", SAVE_PARAMS)]
+            for name, src in [
+                ("add", ADD),
+                ("sample", SAMPLE),
+                ("capacity", SET_CAPACITY),
+                ("params", SAVE_PARAMS),
+                ("clear", CLEAR),
+            ]
         }
         self._call(self.r.sadd, NAMESPACES, prefix)
 
@@ -135,8 +146,7 @@ class RedisDatabase(Database):
     def _clear(self, what):
         keys = []
         if "sessions" in what:  # keep seq (sessions ever added); start the ring after it
-            with self.r.pipeline(transaction=True) as p:
-                p.unlink(self.k["sessions"]).set(self.k["lo"], int(self.r.get(self.k["seq"]) or 0) + 1).execute()
+            self.scripts["clear"](keys=self.ring[:3])  # a script: an append between reading seq and unlinking is lost
         if "params" in what:
             keys.append(self.k["params"])
         for name, pattern in (("workers", "worker:*"), ("metrics", "metrics:*")):
