@@ -146,7 +146,7 @@ class RedisDatabase(Database):
     def _clear(self, what):
         keys = []
         if "sessions" in what:  # keep seq (sessions ever added); start the ring after it
-            self.scripts["clear"](keys=self.ring[:3])  # a script: an append between reading seq and unlinking is lost
+            self.scripts["clear"](keys=self.ring[:3])  # one script: an append racing a GET of seq went uncounted
         if "params" in what:
             keys.append(self.k["params"])
         for name, pattern in (("workers", "worker:*"), ("metrics", "metrics:*")):
