@@ -526,6 +526,22 @@ class TestConcurrency:
             join_all([writer])
         assert len(seen) >= 25, f"saw only versions {sorted(seen)}"
 
+    def test_clearing_sessions_while_a_writer_appends(self, db, db_url):
+        writer = start(WRITE_SESSIONS, db_url, db.prefix, 1, 300, BIG)
+        clears = 0
+        while writer.poll() is None:
+            db.clear(sessions=True)
+            clears += 1
+            lo, hi = db.session_range()  # every id in the range is stored, whatever was appended meanwhile
+            assert len(db.get_sessions(list(range(lo, hi + 1)))) == max(hi - lo + 1, 0), f"after clear {clears}"
+        join_all([writer])
+        stored, added = db.count_sessions()
+        records = raw_records(db)
+        assert added == 300 and stored == len(records), f"count says {stored}, {len(records)} stored"
+        assert [i for i, _ in records] == list(range(added - stored + 1, added + 1))
+        assert len(db.sample_sessions(32)) == (32 if stored else 0)
+        assert clears > 0
+
     def test_writers_killed_mid_stream_leave_no_damage(self, db, db_url, tmp_path):
         sessions = start(WRITE_SESSIONS, db_url, db.prefix, 3, BIG, BIG)
         params = start(PUBLISH_PARAMS, db_url, db.prefix, tmp_path / "never")
