@@ -1,0 +1,234 @@
+"""examples/dqn.py: the sum tree, n-step targets, prioritized replay on a real database, smoke runs."""
+
+import importlib.util
+import itertools
+
+import numpy as np
+import pytest
+from conftest import ROOT, run_cli
+
+from tinyverse.database import connect
+from tinyverse.player import play
+from tinyverse.trainer import collate, train
+
+torch = pytest.importorskip("torch")
+DQN_FILE = ROOT / "examples" / "dqn.py"
+_spec = importlib.util.spec_from_file_location("dqn_example", DQN_FILE)
+dqn = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(dqn)
+
+
+# -- sum tree -------------------------------------------------------------------
+def test_sum_tree_draws_in_proportion_to_priority():
+    tree = dqn.SumTree(5)  # 8 leaves: 3 stay empty
+    tree.set(np.arange(5), np.array([1.0, 2.0, 0.0, 3.0, 4.0]))
+    assert tree.total == 10.0
+    leaves = tree.find(np.random.default_rng(0).random(100_000) * tree.total)
+    counts = np.bincount(leaves, minlength=tree.size)
+    assert counts[2] == 0 and counts[5:].sum() == 0  # zero priority: never drawn
+    np.testing.assert_allclose(counts[:5] / len(leaves), [0.1, 0.2, 0.0, 0.3, 0.4], atol=0.01)
+
+
+def test_sum_tree_updates_keep_every_node_the_sum_of_its_children():
+    rng = np.random.default_rng(1)
+    tree = dqn.SumTree(1000)
+    for _ in range(20):
+        leaves = rng.integers(0, 1000, size=rng.integers(1, 50))  # repeats included
+        tree.set(leaves, rng.random(len(leaves)) * 10)
+    inner = np.arange(1, tree.size)
+    np.testing.assert_allclose(tree.tree[inner], tree.tree[2 * inner] + tree.tree[2 * inner + 1])
+    np.testing.assert_allclose(tree.total, tree.get(np.arange(1000)).sum())
+    # the edges of the cumulative ranges land on the right leaves
+    tree = dqn.SumTree(4)
+    tree.set(np.arange(4), np.array([1.0, 1.0, 1.0, 1.0]))
+    assert list(tree.find(np.array([0.0, 0.999, 1.0, 2.5, 3.999, 4.0]))) == [0, 0, 1, 2, 3, 3]
+
+
+class CountingArray(np.ndarray):
+    """An array that counts the elements read or written through indexing."""
+
+    touched = 0
+
+    def __getitem__(self, index):
+        CountingArray.touched += np.size(index)
+        return np.asarray(super().__getitem__(index))
+
+    def __setitem__(self, index, value):
+        CountingArray.touched += np.size(index)
+        super().__setitem__(index, value)
+
+
+def touched_per_operation(capacity: int) -> tuple[int, int]:
+    tree = dqn.SumTree(capacity)
+    tree.tree = tree.tree.view(CountingArray)
+    tree.set(np.arange(capacity), np.ones(capacity))
+    rng = np.random.default_rng(0)
+    CountingArray.touched = 0
+    tree.set(rng.integers(0, capacity, 32), np.full(32, 2.0))
+    updated = CountingArray.touched
+    CountingArray.touched = 0
+    tree.find(rng.random(32) * tree.total)
+    return updated, CountingArray.touched
+
+
+def test_sum_tree_update_and_draw_touch_log_n_nodes():
+    # 32 leaves set or drawn: a few node reads or writes per leaf on each of the log2 N levels,
+    # whatever N (a scan would touch N nodes: 2^20 here)
+    for levels in (10, 20):
+        updated, drawn = touched_per_operation(2**levels)
+        assert updated <= 32 * (1 + 3 * levels) and drawn <= 32 * (1 + 2 * levels), (levels, updated, drawn)
+
+
+# -- n-step targets -------------------------------------------------------------
+def hand_made_sessions():
+    """Two sessions of 6 ticks; the first has a termination at tick 1 and a truncation at tick 4."""
+    B, T = 2, 6
+    obs = np.arange(B * (T + 1), dtype=np.float32).reshape(B, T + 1, 1) * 10  # o[b, t] = 10 (7b + t)
+    final = np.zeros((B, T, 1), np.float32)
+    final[0, 1], final[0, 4] = -1.0, -4.0
+    rewards = np.tile(np.arange(1, T + 1, dtype=np.float32), (B, 1))  # r_t = t + 1
+    terminated, truncated = np.zeros((B, T), bool), np.zeros((B, T), bool)
+    terminated[0, 1], truncated[0, 4] = True, True
+    return obs, final, rewards, terminated, truncated
+
+
+def test_nstep_targets_stop_at_episode_ends_and_session_end():
+    obs, final, rewards, terminated, truncated = hand_made_sessions()
+    returns, boot, disc = dqn.nstep_targets(obs, final, rewards, terminated, truncated, n=3, gamma=0.5)
+    # session 0: terminated at tick 1 (no bootstrap), truncated at tick 4 (bootstrap from its final obs)
+    np.testing.assert_allclose(returns[0], [1 + 0.5 * 2, 2, 3 + 0.5 * 4 + 0.25 * 5, 4 + 0.5 * 5, 5, 6])
+    np.testing.assert_allclose(disc[0], [0, 0, 0.125, 0.25, 0.5, 0.5])
+    np.testing.assert_allclose(boot[0, 2:, 0], [-4, -4, -4, 60])  # final obs of the truncated episode; o6
+    # session 1: no episode end; the last ticks use the steps left in the session
+    np.testing.assert_allclose(returns[1], [1 + 1 + 0.75, 2 + 1.5 + 1, 3 + 2 + 1.25, 4 + 2.5 + 1.5, 5 + 3, 6])
+    np.testing.assert_allclose(disc[1], [0.125, 0.125, 0.125, 0.125, 0.25, 0.5])
+    np.testing.assert_allclose(boot[1, :, 0], [100, 110, 120, 130, 130, 130])
+
+
+def test_one_step_targets_are_plain_td():
+    obs, final, rewards, terminated, truncated = hand_made_sessions()
+    returns, boot, disc = dqn.nstep_targets(obs, final, rewards, terminated, truncated, n=1, gamma=0.9)
+    np.testing.assert_allclose(returns, rewards)
+    np.testing.assert_allclose(disc, np.where(terminated, 0.0, 0.9))
+    ended = (terminated | truncated)[..., None]
+    np.testing.assert_allclose(boot, np.where(ended, final, obs[:, 1:]))
+
+
+# -- prioritized replay against a real database ----------------------------------
+def fake_session(i: int, T: int = 4) -> dict:
+    return {
+        "observations": np.full((T + 1, 4), i, np.float32),
+        "final_observations": np.zeros((T, 4), np.float32),
+        "actions": np.zeros(T, np.int64),
+        "rewards": np.ones(T, np.float32),
+        "terminated": np.zeros(T, bool),
+        "truncated": np.zeros(T, bool),
+        "version": np.int64(0),
+        "worker": np.int64(0),
+    }
+
+
+def test_prioritized_replay_cycle(db):
+    exp = dqn.DQN(db, dqn.Args(session_length=4, hidden=16, per_alpha=1.0, per_beta=1.0))
+    db.add_sessions([fake_session(i) for i in range(1, 21)], capacity=10)  # ids 11..20 stay
+    batch = exp.sample(db, 8)
+    assert len(batch) == 8 and {int(s["id"]) for s in batch} <= set(range(11, 21))
+    assert all(s["is_weight"] == 1.0 for s in batch)  # all new: max priority, uniform
+    assert all(s["observations"][0, 0] == s["id"] for s in batch)  # each id is its own session
+
+    exp.per.update(np.array([13]), np.array([100.0]))  # 100x the others' priority (alpha 1)
+    ids = [int(s["id"]) for _ in range(50) for s in exp.sample(db, 8)]
+    assert ids.count(13) / len(ids) > 0.85  # 100 / 109
+    weights = {int(s["id"]): float(s["is_weight"]) for s in exp.sample(db, 64)}
+    assert weights.get(13, 0) < min(weights[i] for i in weights if i != 13)  # IS weights undo the bias
+
+    db.add_sessions([fake_session(i) for i in range(21, 26)])  # evicts 11..15, 13 included
+    ids = [int(s["id"]) for _ in range(50) for s in exp.sample(db, 8)]
+    assert set(ids) <= set(range(16, 26))
+    assert set(range(21, 26)) <= set(ids)  # new ids enter at the max priority: drawn a lot
+    assert min(ids.count(i) for i in range(21, 26)) > max(ids.count(i) for i in range(16, 21))
+
+    # train_step sets the batch's priorities from its TD errors
+    exp.prepare_training()
+    before = exp.per.tree.get(np.arange(16, 26) % exp.per.tree.capacity).copy()
+    batch = collate(exp.sample(db, 4))
+    exp.train_step(batch)
+    after = exp.per.tree.get(np.arange(16, 26) % exp.per.tree.capacity)
+    changed = {i for i, b, a in zip(range(16, 26), before, after, strict=True) if b != a}
+    assert changed and changed <= {int(i) for i in batch["id"]}
+
+    # ids evicted between reading the range and fetching are redrawn, never returned
+    exp.per.sync(*db.session_range())
+    db.add_sessions([fake_session(i) for i in range(26, 34)])  # evicts 16..23
+    exp.per.sync = lambda lo, hi: None  # the trainer's view is stale: it still holds 16..25
+    batch = exp.sample(db, 8)
+    assert len(batch) == 8 and all(int(s["id"]) >= 24 for s in batch)
+
+
+def test_replay_follows_a_cleared_and_growing_ring():
+    per = dqn.PrioritizedReplay(4, alpha=1.0)
+    per.sync(1, 4)
+    per.update(np.array([2]), np.array([5.0]))
+    per.sync(1, 10)  # the capacity grew beyond the tree: it grows, priorities kept
+    assert per.tree.capacity >= 10 and per.tree.get(np.array([2 % per.tree.capacity]))[0] == 5.0
+    assert set(per.draw(1000)[0]) == set(range(1, 11))
+    per.sync(11, 10)  # cleared (Redis keeps counting: lo = seq + 1)
+    assert per.tree.total == 0 and len(per.draw(4)[0]) == 0
+    per.sync(11, 12)
+    assert set(per.draw(100)[0]) == {11, 12}
+
+
+# -- exploration ------------------------------------------------------------------
+def test_apex_epsilons_and_env_overrides(monkeypatch):
+    args = dqn.Args()
+    eps = [dqn.apex_epsilon(args, i, 4) for i in range(4)]
+    np.testing.assert_allclose(eps, [0.4 ** (1 + 7 * i / 3) for i in range(4)])
+    assert dqn.apex_epsilon(args, 0, 1) == args.eps_end
+    overridden = dqn.args_from_env({"DQN_ENV": "Acrobot-v1", "DQN_PER": "0", "DQN_N_STEP": "5"})
+    assert (overridden.env_id, overridden.per, overridden.n_step, overridden.replay_ratio) == ("Acrobot-v1", 0, 5, 1)
+    with pytest.raises(ValueError, match="DQN_DUELING"):
+        dqn.args_from_env({"DQN_DUELING": "maybe"})
+    monkeypatch.setenv("TINYVERSE_WORKER_INDEX", "2")
+    monkeypatch.setenv("TINYVERSE_WORKER_COUNT", "3")
+    exp = dqn.DQN(None, dqn.Args(hidden=8, eps_start=0.5))
+    assert exp.final_epsilon == pytest.approx(0.4**8)
+    assert exp.session_info() == {"epsilon": 0.5}  # before any update
+    exp.updates = 10**6
+    assert exp.session_info() == {"epsilon": pytest.approx(0.4**8)}
+
+
+# -- the loops, in-process, for every combination of improvements ------------------
+@pytest.mark.parametrize("double,dueling,per", list(itertools.product([False, True], repeat=3)))
+def test_play_and_train_in_process(tmp_path, monkeypatch, double, dueling, per):
+    monkeypatch.setenv("TINYVERSE_WORKER_INDEX", "0")
+    monkeypatch.setenv("TINYVERSE_WORKER_COUNT", "2")
+    db = connect(f"sqlite:///{tmp_path / 't.db'}", "dqn", retry_for=5)
+    args = dqn.Args(hidden=16, double=double, dueling=dueling, per=per, n_step=1 if per else 3)
+    assert play(dqn.DQN(db, args), db, batch_size=2, sessions=2) == 4
+    exp = dqn.DQN(db, args)
+    assert train(exp, db, batch_size=2, steps=3, save_every=2) >= 2
+    assert exp.updates == 3 and (exp.per is not None) == per
+    stored = db.sample_sessions(1)[0]
+    assert stored["info.epsilon"] == 1.0  # recorded per session; no update was seen yet
+    db.close()
+
+
+# -- the real file through the CLI ------------------------------------------------
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"DQN_ENV": "CartPole-v1"},  # every improvement on
+        {"DQN_ENV": "Acrobot-v1", "DQN_DOUBLE": "0", "DQN_DUELING": "0", "DQN_N_STEP": "1", "DQN_PER": "0"},
+    ],
+    ids=["cartpole-all-on", "acrobot-all-off"],
+)
+def test_cli_smoke(tmp_path, env):
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    run_cli(DQN_FILE, "play", "-n", "2", "-b", "2", "--db", url, "-q", cwd=tmp_path, env=env)
+    run_cli(DQN_FILE, "train", "-n", "5", "-b", "2", "--db", url, "-q", cwd=tmp_path, env=env)
+    if env["DQN_ENV"] == "CartPole-v1":  # one eval is enough (each process start costs seconds)
+        out = run_cli(DQN_FILE, "eval", "-n", "1", "--no-record", "--db", url, cwd=tmp_path, env=env)
+        assert "mean return" in out.stdout
+    db = connect(url, "dqn", retry_for=5)
+    assert db.params_version() >= 2 and db.count_sessions() == (4, 4)
+    db.close()
