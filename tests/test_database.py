@@ -473,6 +473,20 @@ class TestNamespaces:
             other.clear(sessions=True, params=True, workers=True, metrics=True)
             other.close()
 
+    def test_clearing_everything_forgets_the_namespace_and_its_counter(self, db_url, prefix):
+        db = connect(db_url, prefix, retry_for=5)
+        db.add_sessions([tiny(1), tiny(2)], capacity=5)
+        db.save_params(params_of(1))
+        assert prefix in db.namespaces() and db.count_sessions() == (2, 2)
+        db.clear(sessions=True, params=True, workers=True, metrics=True)
+        assert db.count_sessions() == (0, 0) and db.capacity() is None
+        if db_url.startswith("redis"):  # SQLite lists a namespace while its tables exist
+            assert prefix not in db.namespaces()
+        db.add_sessions([tiny(3)], capacity=5)  # an append registers it again
+        assert prefix in db.namespaces() and db.count_sessions() == (1, 1)
+        db.clear(sessions=True, params=True, workers=True, metrics=True)
+        db.close()
+
     @pytest.mark.parametrize("bad", ["", "a:b", "a b", "x*", "é", "a" * 65])
     def test_bad_prefix(self, db_url, bad):
         with pytest.raises(DatabaseError, match="bad prefix"):

@@ -111,6 +111,17 @@ def test_an_exception_at_import_time(tmp_path):
     assert "RuntimeError" in message and "broken on purpose" in message
 
 
+def test_an_exception_inside_make_experiment(tmp_path):
+    source = "def make_experiment(db):\n    raise ValueError('no GPU named cuda:7')\n"
+    message = load_error(write(tmp_path, source))
+    assert "make_experiment" in message and "ValueError: no GPU named cuda:7" in message
+
+
+def test_a_failed_import_leaves_no_module_behind(tmp_path):
+    load_error(write(tmp_path, "raise RuntimeError('broken')\n", name="leftover.py"))
+    assert "tinyverse_experiment_leftover" not in sys.modules
+
+
 @pytest.mark.parametrize("source", ["x = 1\n", "make_experiment = 5\n", "def make_Experiment(db): pass\n"])
 def test_missing_make_experiment(tmp_path, source):
     message = load_error(write(tmp_path, source))

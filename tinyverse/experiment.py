@@ -131,16 +131,25 @@ def load_experiment(path: str, db=None) -> Experiment:
     try:
         spec.loader.exec_module(module)
     except SyntaxError as e:
-        raise ExperimentError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
+        problem = f"{path}:{e.lineno}: syntax error: {e.msg}"
     except ImportError as e:
-        raise ExperimentError(f"{path} needs {e.name or e}: install it (pip install 'tinyverse[examples]')") from None
+        problem = f"{path} needs {e.name or e}: install it (pip install 'tinyverse[examples]')"
     except Exception as e:
         log.debug("import of %s failed", path, exc_info=True)
-        raise ExperimentError(f"{path} failed to import: {type(e).__name__}: {e}") from None
+        problem = f"{path} failed to import: {type(e).__name__}: {e}"
+    else:
+        problem = None
+    if problem:
+        del sys.modules[name]
+        raise ExperimentError(problem)
     factory = getattr(module, "make_experiment", None)
     if not callable(factory):
         raise ExperimentError(f"{path} defines no make_experiment(db); add one that returns a tinyverse.Experiment")
-    exp = factory(db)
+    try:
+        exp = factory(db)
+    except Exception as e:
+        log.debug("make_experiment of %s failed", path, exc_info=True)
+        raise ExperimentError(f"make_experiment in {path} failed: {type(e).__name__}: {e} (-vv shows where)") from None
     if not isinstance(exp, Experiment):
         raise ExperimentError(
             f"make_experiment in {path} returned {type(exp).__name__}, not a tinyverse.Experiment subclass"

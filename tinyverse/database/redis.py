@@ -14,12 +14,14 @@ import redis
 from .base import Database
 
 NAMESPACES = "tinyverse:namespaces"
+EVERYTHING = {"sessions", "params", "workers", "metrics"}
 
 ADD = """
+redis.call('SADD', KEYS[5], ARGV[2])
 local cap = tonumber(redis.call('HGET', KEYS[4], 'capacity'))
 if not cap then cap = tonumber(ARGV[1]); redis.call('HSET', KEYS[4], 'capacity', cap) end
 local id = 0
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   id = redis.call('INCR', KEYS[2])
   redis.call('HSET', KEYS[1], id, ARGV[i])
 end
@@ -86,7 +88,7 @@ class RedisDatabase(Database):
         )
 
     def _add(self, blobs, capacity):
-        self.scripts["add"](keys=self.ring, args=[capacity, *blobs])
+        self.scripts["add"](keys=[*self.ring, NAMESPACES], args=[capacity, self.prefix, *blobs])
 
     def _sample(self, n):
         # one round trip: the client sends uniform draws, the script maps them onto lo..seq
@@ -152,6 +154,9 @@ class RedisDatabase(Database):
         for name, pattern in (("workers", "worker:*"), ("metrics", "metrics:*")):
             if name in what:
                 keys += self.r.scan_iter(match=f"{self.prefix}:{pattern}", count=1000)
+        if what >= EVERYTHING:  # a fresh start: the step counter, settings and the name go too
+            keys += [self.k["seq"], self.k["lo"], self.k["meta"]]
+            self.r.srem(NAMESPACES, self.prefix)
         if keys:
             self.r.unlink(*keys)
 

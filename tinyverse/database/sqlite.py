@@ -142,6 +142,9 @@ class SQLiteDatabase(Database):
         with self._write() as db:
             for name in what:
                 db.execute(f"DELETE FROM {self.t[name]}")
+            if what >= {"sessions", "params", "workers", "metrics"}:  # a fresh start: counter and settings too
+                db.execute(f"DELETE FROM {self.t['meta']}")
+                db.execute("DELETE FROM sqlite_sequence WHERE name = ?", (self.t["sessions"][1:-1],))
 
     def _namespaces(self):
         rows = self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE '%:params'")
