@@ -123,6 +123,8 @@ class Args:
     """session priority mixes max and mean |TD error| (R2D2)"""
     per_eps: float = 1e-3
     """added to |TD error| so that no session is never replayed"""
+    seed: int = -1
+    """seed of the networks' initial weights (-1: random)"""
 
 
 # RL-Zoo's SB3 DQN hyperparameters (hyperparams/dqn.yml), in this file's terms
@@ -334,6 +336,8 @@ class DQN(tinyverse.Experiment):
         assert len(env.observation_space.shape) == 1, "only vector observations"
         n_obs, self.n_act = env.observation_space.shape[0], int(env.action_space.n)
         env.close()
+        if a.seed >= 0:
+            torch.manual_seed(a.seed)
         self.q = QNet(n_obs, self.n_act, a.hidden, a.dueling)
         self.target = QNet(n_obs, self.n_act, a.hidden, a.dueling)
         self.target.load_state_dict(self.q.state_dict())

@@ -1,0 +1,298 @@
+"""Learning results: examples/dqn.py through tinyverse vs Stable-Baselines3 DQN (RL-Zoo hyperparameters).
+
+    python bench/dqn.py --envs CartPole-v1 --seeds 0 --budget-s 300          # one quick pair
+    python bench/dqn.py --envs CartPole-v1,Acrobot-v1,LunarLander-v3 --seeds 0,1,2 --players 1,2
+    python bench/dqn.py --ablate --envs CartPole-v1 --seeds 0,1,2            # each improvement off in turn
+
+Both systems are judged alike: every ``eval_every`` env steps (and once at the end), 10 greedy
+episodes on a separately seeded env; an env is solved at the first eval whose mean reaches the
+threshold (CartPole-v1 475, Acrobot-v1 -100, LunarLander-v3 200). A run ends at RL-Zoo's
+``n_timesteps`` or after ``--budget-s`` seconds of wall time.
+
+- SB3: ``stable_baselines3.DQN`` in this process with RL-Zoo's hyperparameters
+  (hyperparams/dqn.yml; LunarLander-v3 takes the v2 entry), one torch thread; the clock starts
+  when the model is built (imports done).
+- tinyverse: ``python -m tinyverse examples/dqn.py train`` and ``play`` (one per ``--players``)
+  as real subprocesses on a fresh SQLite file, configured by DQN_* variables; this process polls
+  the env step count and evaluates the stored params. The clock starts at the spawn, so process
+  start-up (importing torch: seconds on a busy machine) counts against tinyverse.
+
+On a machine with few cores, evals and all processes share them: compare ratios within one run.
+"""
+
+import argparse
+import importlib.util
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tinyverse.database import connect  # noqa: E402
+
+torch.set_num_threads(1)
+DQN_FILE = ROOT / "examples" / "dqn.py"
+SOLVED = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0, "LunarLander-v3": 200.0}
+EVAL_EVERY = {"CartPole-v1": 2500, "Acrobot-v1": 5000, "LunarLander-v3": 5000}
+_LUNAR = dict(
+    n_timesteps=100_000,
+    learning_rate=6.3e-4,
+    batch_size=128,
+    buffer_size=50_000,
+    learning_starts=0,
+    gamma=0.99,
+    target_update_interval=250,
+    train_freq=4,
+    gradient_steps=-1,
+    exploration_fraction=0.12,
+    exploration_final_eps=0.1,
+)
+ZOO = {  # rl-baselines3-zoo hyperparams/dqn.yml, all with policy_kwargs net_arch=[256, 256]
+    "CartPole-v1": dict(
+        n_timesteps=50_000,
+        learning_rate=2.3e-3,
+        batch_size=64,
+        buffer_size=100_000,
+        learning_starts=1000,
+        gamma=0.99,
+        target_update_interval=10,
+        train_freq=256,
+        gradient_steps=128,
+        exploration_fraction=0.16,
+        exploration_final_eps=0.04,
+    ),
+    "Acrobot-v1": _LUNAR,
+    "LunarLander-v3": _LUNAR,
+}
+ABLATIONS = {  # name: DQN_* overrides of examples/dqn.py
+    "all": {},
+    "no-double": {"DQN_DOUBLE": "0"},
+    "no-dueling": {"DQN_DUELING": "0"},
+    "1-step": {"DQN_N_STEP": "1"},
+    "no-per": {"DQN_PER": "0"},
+    "none": {"DQN_DOUBLE": "0", "DQN_DUELING": "0", "DQN_N_STEP": "1", "DQN_PER": "0"},
+}
+
+
+def evaluate(policy, env_id: str, seed: int, episodes: int = 10) -> float:
+    """Mean return of ``episodes`` greedy episodes; ``policy`` maps a batch of observations to actions."""
+    env = gym.make(env_id)
+    returns = []
+    for ep in range(episodes):
+        obs, _ = env.reset(seed=10_000 + 100 * seed + ep)
+        total, done = 0.0, False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(int(policy(obs[None])[0]))
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    env.close()
+    return float(np.mean(returns))
+
+
+class Tracker:
+    """Eval results of one run: first time and step count at the threshold, and the last score."""
+
+    def __init__(self, env_id: str, started: float):
+        self.threshold, self.started = SOLVED[env_id], started
+        self.solved_s = self.solved_steps = None
+        self.evals: list[tuple[float, int, float]] = []
+
+    def add(self, steps: int, score: float, at: float) -> None:
+        self.evals.append((at - self.started, steps, score))
+        if self.solved_s is None and score >= self.threshold:
+            self.solved_s, self.solved_steps = at - self.started, steps
+
+
+def run_sb3(env_id: str, seed: int, budget_s: float) -> dict:
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    hp = dict(ZOO[env_id])
+    total = hp.pop("n_timesteps")
+    every = EVAL_EVERY[env_id]
+
+    class Eval(BaseCallback):
+        def _on_step(self) -> bool:
+            if self.num_timesteps % every == 0:
+                tracker.add(self.num_timesteps, evaluate(policy, env_id, seed), time.monotonic())
+            return time.monotonic() - started < budget_s
+
+    model = DQN("MlpPolicy", env_id, seed=seed, policy_kwargs=dict(net_arch=[256, 256]), device="cpu", **hp)
+    policy = lambda obs: model.predict(obs, deterministic=True)[0]  # noqa: E731
+    started = time.monotonic()
+    tracker = Tracker(env_id, started)
+    model.learn(total_timesteps=total, callback=Eval())
+    wall = time.monotonic() - started
+    if not tracker.evals or tracker.evals[-1][1] != model.num_timesteps:
+        tracker.add(model.num_timesteps, evaluate(policy, env_id, seed), time.monotonic())
+    return result("sb3", env_id, seed, 1, "-", tracker, model.num_timesteps, wall)
+
+
+def run_tinyverse(env_id: str, seed: int, budget_s: float, players: int, config: str = "all") -> dict:
+    workdir = Path(tempfile.mkdtemp(prefix="tinyverse-bench-dqn-"))
+    url = f"sqlite:///{workdir / 'bench.db'}"
+    env = {**os.environ, "DQN_ENV": env_id, "DQN_SEED": str(seed), **ABLATIONS[config]}
+    total, every = ZOO[env_id]["n_timesteps"], EVAL_EVERY[env_id]
+    base = [sys.executable, "-m", "tinyverse", str(DQN_FILE)]
+    common = ["--db", url, "--prefix", "bench", "-q"]
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # this process's copy of the experiment sees the same settings
+    try:
+        spec = importlib.util.spec_from_file_location("bench_dqn_example", DQN_FILE)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        exp = module.DQN(None)
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    T = exp.session_length
+    logs = [open(workdir / f"{name}.log", "wb") for name in ["trainer", *(f"player-{i}" for i in range(players))]]
+    started = time.monotonic()
+    procs = [subprocess.Popen([*base, "train", *common], env=env, stdout=logs[0], stderr=subprocess.STDOUT)]
+    for i in range(players):
+        worker = {"TINYVERSE_WORKER_INDEX": str(i), "TINYVERSE_WORKER_COUNT": str(players)}
+        argv = [*base, "play", "--seed", str(1000 * seed + i), *common]
+        procs.append(subprocess.Popen(argv, env={**env, **worker}, stdout=logs[i + 1], stderr=subprocess.STDOUT))
+    db = connect(url, "bench", retry_for=30)
+    tracker, next_eval, steps, version = Tracker(env_id, started), every, 0, None
+
+    def policy(obs):
+        return exp.act(obs, {}, greedy=True)[0]
+
+    try:
+        while time.monotonic() - started < budget_s and steps < total:
+            if any(p.poll() is not None for p in procs):
+                raise RuntimeError(f"a tinyverse process died; see the logs in {workdir}")
+            time.sleep(0.2)
+            steps = db.count_sessions()[1] * T
+            if steps >= next_eval:
+                found = db.load_params()
+                if found is not None:
+                    at = time.monotonic()
+                    version = found[0]
+                    exp.set_params(found[1])
+                    tracker.add(steps, evaluate(policy, env_id, seed), at)
+                next_eval = (steps // every + 1) * every
+    finally:
+        wall = time.monotonic() - started
+        for p in procs:
+            p.send_signal(signal.SIGTERM)  # warm shutdown: the trainer publishes its last params
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for f in logs:
+            f.close()
+    steps = db.count_sessions()[1] * T
+    found = db.load_params()
+    if found is not None and found[0] != version:
+        exp.set_params(found[1])
+        tracker.add(steps, evaluate(policy, env_id, seed), time.monotonic())
+    updates = int(found[1]["updates"]) if found is not None else 0
+    db.close()
+    out = result("tinyverse", env_id, seed, players, config, tracker, steps, wall)
+    out["updates"] = updates
+    return out
+
+
+def result(system, env_id, seed, players, config, tracker: Tracker, steps: int, wall: float) -> dict:
+    return {
+        "system": system,
+        "env": env_id,
+        "seed": seed,
+        "players": players,
+        "config": config,
+        "solved_s": tracker.solved_s,
+        "solved_steps": tracker.solved_steps,
+        "final": tracker.evals[-1][2] if tracker.evals else float("nan"),
+        "best": max((e[2] for e in tracker.evals), default=float("nan")),
+        "steps": steps,
+        "wall_s": wall,
+        "evals": tracker.evals,
+    }
+
+
+def show(rows: list[dict]) -> None:
+    head = ["env", "system", "players", "config", "seed", "solved s", "solved steps", "final", "best", "steps"]
+    head.append("wall s")
+    cells = [
+        [
+            r["env"],
+            r["system"],
+            str(r["players"]),
+            r["config"],
+            str(r["seed"]),
+            "-" if r["solved_s"] is None else f"{r['solved_s']:.0f}",
+            "-" if r["solved_steps"] is None else f"{r['solved_steps']:,}",
+            f"{r['final']:.1f}",
+            f"{r['best']:.1f}",
+            f"{r['steps']:,}",
+            f"{r['wall_s']:.0f}",
+        ]
+        for r in rows
+    ]
+    widths = [max(len(x) for x in col) for col in zip(head, *cells, strict=True)]
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for c in cells:
+        print("| " + " | ".join(x.rjust(w) for x, w in zip(c, widths, strict=True)) + " |")
+    # time to solve against SB3, per env and tinyverse setting (median over seeds that solved)
+    for env_id in dict.fromkeys(r["env"] for r in rows):
+        sb3 = [r["solved_s"] for r in rows if r["env"] == env_id and r["system"] == "sb3" and r["solved_s"]]
+        for key in dict.fromkeys((r["players"], r["config"]) for r in rows if r["system"] == "tinyverse"):
+            mine = [r for r in rows if r["env"] == env_id and r["system"] == "tinyverse"]
+            mine = [r for r in mine if (r["players"], r["config"]) == key]
+            solved = [r["solved_s"] for r in mine if r["solved_s"]]
+            if not mine:
+                continue
+            line = f"{env_id} tinyverse {key[0]} player(s), {key[1]}: solved {len(solved)}/{len(mine)} seeds"
+            if solved and sb3:
+                line += f", median time to solve / SB3's = {statistics.median(solved) / statistics.median(sb3):.2f}"
+            print(line)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--envs", default="CartPole-v1,Acrobot-v1,LunarLander-v3", help="comma-separated env ids")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
+    p.add_argument("--budget-s", type=float, default=600.0, help="wall-clock cap of one run, seconds")
+    p.add_argument("--players", default="1,2", help="tinyverse player counts to run, comma-separated")
+    p.add_argument("--systems", default="sb3,tinyverse", help="comma-separated: sb3, tinyverse")
+    p.add_argument("--ablate", action="store_true", help="tinyverse only, 1 player: each improvement off in turn")
+    args = p.parse_args()
+    rows = []
+    for env_id in args.envs.split(","):
+        assert env_id in ZOO, f"no preset for {env_id}: pick from {', '.join(ZOO)}"
+        for seed in map(int, args.seeds.split(",")):
+            if args.ablate:
+                runs = [("tinyverse", 1, config) for config in ABLATIONS]
+            else:
+                runs = [("sb3", 1, "-")] if "sb3" in args.systems else []
+                if "tinyverse" in args.systems:
+                    runs += [("tinyverse", int(n), "all") for n in args.players.split(",")]
+            for system, players, config in runs:
+                print(f"# {env_id} seed {seed}: {system} players={players} config={config}", flush=True)
+                if system == "sb3":
+                    row = run_sb3(env_id, seed, args.budget_s)
+                else:
+                    row = run_tinyverse(env_id, seed, args.budget_s, players, config)
+                evals = " ".join(f"{s:,}:{v:.0f}" for _, s, v in row["evals"])
+                print(f"  evals (steps:score) {evals}", flush=True)
+                rows.append(row)
+    print()
+    show(rows)
+
+
+if __name__ == "__main__":
+    main()
