@@ -1,0 +1,281 @@
+"""A2C on Atari Pong from pixels, in PyTorch (CleanRL style: one file).
+
+    python -m tinyverse examples/atari_a2c.py run --players 2 -n 2000000   # a local fleet
+    python -m tinyverse examples/atari_a2c.py plot -o pong.png             # the return curve
+    python -m tinyverse examples/atari_a2c.py eval -n 5                    # 5 games, mp4s in ./records
+
+Frames are uint8 from the emulator to the trainer's GPU. Each frame is stored
+once: the observation is one 80x80 grayscale frame, and the agent's window of
+the last 4 frames is its *memory* (the previous 3 frames), which players store
+once per session; the trainer rebuilds every tick's window from that memory and
+the session's frames (``wrappers.window_indices``): 4x less data than stacking.
+
+A2C (https://arxiv.org/abs/1602.01783) with GAE (https://arxiv.org/abs/1506.02438):
+advantages are computed inside each 25-tick session, cut where an episode ends
+(terminated: no bootstrap; truncated: bootstrap from the episode's final
+window), bootstrapped from the value of the window after the last tick.
+
+Environment variables (the core CLI has no experiment options yet):
+``TINYVERSE_DEVICE`` = auto (default: CUDA for the trainer when available) | cpu | cuda;
+``TINYVERSE_ATARI_MAX_STEPS`` = N truncates episodes at N agent steps (short tests).
+"""
+
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ale_py
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+
+import tinyverse
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the experiment is loaded by path: find its neighbour
+from wrappers import ActionSubset, FrameMemory, Preprocess, window_indices  # noqa: E402
+
+# With several processes on few cores, torch's default thread count is a 4x trap (MEASURED.md).
+torch.set_num_threads(1)
+gym.register_envs(ale_py)
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Args:
+    env_id: str = "ALE/Pong-v5"
+    """the Atari game (ALE v5: sticky actions with probability 0.25)"""
+    actions: tuple[str, ...] = ("NOOP", "RIGHT", "LEFT")
+    """the game's actions the agent may use (Pong: stay, up, down; FIRE does nothing useful)"""
+    crop: tuple[int, int, int, int] = (34, 194, 0, 160)
+    """(top, bottom, left, right) of the 210x160 screen kept: Pong's field without the score"""
+    size: tuple[int, int] = (80, 80)
+    """frame size after an area downscale (160 -> 80 is an exact 2x2 mean, cheaper than 84)"""
+    frame_skip: int = 4
+    """emulator frames per agent step; ALE repeats the action in C++, faster than wrappers.FrameSkip"""
+    window: int = 4
+    """frames the agent sees at once (the current one and 3 from its memory)"""
+    max_episode_steps: int | None = field(default_factory=lambda: _env_int("TINYVERSE_ATARI_MAX_STEPS"))
+    """truncate episodes after this many agent steps (None: the whole game)"""
+    learning_rate: float = 5e-4
+    """Adam step size"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """GAE lambda (1.0: n-step returns up to the end of the session)"""
+    ent_coef: float = 0.01
+    """entropy bonus: keeps the policy exploring"""
+    vf_coef: float = 0.5
+    """weight of the value loss"""
+    max_grad_norm: float = 0.5
+    """gradient clipping (global L2 norm)"""
+    clip_rewards: bool = True
+    """train on sign(reward) (Pong's rewards are already -1/0/+1; episode returns stay raw)"""
+    recent_sessions: int = 128
+    """the trainer samples among the newest sessions only (A2C is on-policy)"""
+    max_reuse: float = 2.0
+    """the trainer waits for new sessions rather than use each one more than this on average"""
+    max_wait: float = 1.0
+    """seconds the trainer waits for fresh sessions before it reuses the newest ones again"""
+    publish_every: float = 2.0
+    """seconds between params the trainer publishes (players act with fresh params)"""
+    device: str = field(default_factory=lambda: os.environ.get("TINYVERSE_DEVICE", "auto"))
+    """trainer device: auto (CUDA when available), cpu or cuda"""
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name)
+    return int(value) if value else None
+
+
+def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias: float = 0.0) -> nn.Module:
+    """Orthogonal init as in OpenAI baselines / CleanRL."""
+    nn.init.orthogonal_(layer.weight, std)
+    nn.init.constant_(layer.bias, bias)
+    return layer
+
+
+class ActorCritic(nn.Module):
+    """The Nature-DQN convolutional torso with a policy head and a value head; uint8 frames in."""
+
+    def __init__(self, window: int, size: tuple[int, int], n_actions: int):
+        super().__init__()
+        self.torso = nn.Sequential(
+            layer_init(nn.Conv2d(window, 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        n_flat = self.torso(torch.zeros(1, window, *size)).shape[1]
+        self.torso.append(layer_init(nn.Linear(n_flat, 512)))
+        self.torso.append(nn.ReLU())
+        self.policy = layer_init(nn.Linear(512, n_actions), std=0.01)
+        self.value = layer_init(nn.Linear(512, 1), std=1.0)
+
+    def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = self.torso(frames.float() / 255.0)  # uint8 until here, on whichever device
+        return self.policy(hidden), self.value(hidden).squeeze(-1)
+
+
+class AtariA2C(tinyverse.Experiment):
+    session_length = 25  # as in the original project
+    buffer_size = 2000  # sessions (~50k frames): A2C only reads the newest `recent_sessions`
+    play_batch_size = 1
+    train_batch_size = 16  # sessions: 400 transitions an update
+
+    def __init__(self, db=None, args: Args | None = None):
+        super().__init__(db)
+        self.args = args or Args()
+        env = self.make_env()
+        assert isinstance(env.action_space, gym.spaces.Discrete), "only discrete actions"
+        self.frames = FrameMemory(self.args.window, env.observation_space.shape)
+        self.net = ActorCritic(self.args.window, env.observation_space.shape, int(env.action_space.n))
+        env.close()
+        self.device = torch.device("cpu")  # players act on the CPU; prepare_training picks the trainer's
+        self.sampled = 0  # sessions handed to training, for pacing
+        self.version = 0  # params version this trainer last published
+        self.published = time.monotonic()
+        self.waiting_since, self.warned = None, 0.0  # pacing of the trainer's sampling
+
+    def make_env(self, render_mode=None):
+        a = self.args
+        # grayscale from the emulator's palette: same luminance as Preprocess's, without the NumPy work
+        env = gym.make(a.env_id, obs_type="grayscale", frameskip=a.frame_skip, render_mode=render_mode)
+        # ALE says 30 fps for any frame skip: one frame per agent step at 60/skip fps plays at real speed
+        env.metadata = {**env.metadata, "render_fps": 60 // a.frame_skip}
+        env = Preprocess(ActionSubset(env, a.actions), crop=a.crop, size=a.size)
+        if a.max_episode_steps:
+            env = gym.wrappers.TimeLimit(env, a.max_episode_steps)
+        return env
+
+    # -- players ----------------------------------------------------------------
+    def initial_memory(self, batch_size):
+        return self.frames.initial(batch_size)
+
+    @torch.no_grad()
+    def act(self, observations, memory, greedy=False):
+        window, memory = self.frames.push(observations, memory)
+        logits, _ = self.net(torch.from_numpy(window).to(self.device))
+        if greedy:
+            actions = logits.argmax(1)
+        else:
+            actions = torch.distributions.Categorical(logits=logits).sample()
+        return actions.cpu().numpy(), memory
+
+    # -- trainer ----------------------------------------------------------------
+    def prepare_training(self):
+        a = self.args
+        if a.device == "auto":
+            self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        else:
+            assert a.device != "cuda" or torch.cuda.is_available(), "TINYVERSE_DEVICE=cuda but no CUDA device"
+            self.device = torch.device(a.device)
+        self.net.to(self.device)
+        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=a.learning_rate, eps=1e-5)
+
+    def sample(self, db, batch_size):
+        # A2C is on-policy: its gradient is only right for data of the current policy.
+        # Uniform replay over the whole buffer would train on minutes-old behaviour, so
+        # sample among the newest sessions, and wait for fresh ones (return nothing, the
+        # prefetcher retries) rather than grind on the same few. Wait at most `max_wait`:
+        # the core's trainer only sees a stop request (SIGTERM, Ctrl-C) between updates.
+        a = self.args
+        lo, hi = db.session_range()
+        if self.sampled + batch_size > a.max_reuse * db.count_sessions()[1]:
+            now = time.monotonic()
+            self.waiting_since = self.waiting_since or now
+            if now - self.waiting_since < a.max_wait:
+                time.sleep(0.05)
+                return []
+            if now - self.warned > 60:
+                log.info("no fresh sessions for %.0fs: reusing the newest ones; start more players", a.max_wait)
+                self.warned = now
+        self.waiting_since = None
+        lo = max(lo, hi - a.recent_sessions + 1)
+        if hi - lo + 1 < batch_size:
+            return []
+        ids = np.random.default_rng().choice(np.arange(lo, hi + 1), batch_size, replace=False)
+        sessions = list(db.get_sessions(ids.tolist()).values())
+        self.sampled += len(sessions)
+        return sessions
+
+    def train_step(self, batch):
+        a, d = self.args, self.device
+        B, T = batch["rewards"].shape
+        terminated, truncated = batch["terminated"], batch["truncated"]
+        idx, final_idx = window_indices(terminated, truncated, a.window)
+        # every frame of the session once, on the device, uint8: [zero, memory, observations, finals]
+        obs = torch.from_numpy(batch["observations"]).to(d)
+        seq = torch.cat(
+            [
+                torch.zeros_like(obs[:, :1]),
+                torch.from_numpy(batch["memory.frames"]).to(d),
+                obs,
+                torch.from_numpy(batch["final_observations"]).to(d),
+            ],
+            dim=1,
+        )
+        rows = torch.arange(B, device=d)[:, None, None]
+        windows = seq[rows, torch.from_numpy(idx).to(d)]  # (B, T+1, K, H, W)
+        logits, values = self.net(windows.flatten(0, 1))
+        logits, values = logits.view(B, T + 1, -1)[:, :T], values.view(B, T + 1)
+
+        with torch.no_grad():
+            next_values = values[:, 1:].clone()  # after an episode end this is the next episode's start...
+            b, t = np.nonzero(truncated & ~terminated)
+            if len(b):  # ...so a truncated episode bootstraps from its own final window
+                final = seq[torch.from_numpy(b).to(d)[:, None], torch.from_numpy(final_idx[b, t]).to(d)]
+                next_values[torch.from_numpy(b).to(d), torch.from_numpy(t).to(d)] = self.net(final)[1]
+            next_values[torch.from_numpy(terminated).to(d)] = 0.0  # and a terminated one does not
+            rewards = torch.from_numpy(batch["rewards"]).to(d)
+            rewards = rewards.sign() if a.clip_rewards else rewards
+            ended = torch.from_numpy(terminated | truncated).to(d)
+            deltas = rewards + a.gamma * next_values - values[:, :T]
+            advantages = torch.zeros_like(deltas)
+            gae = torch.zeros(B, device=d)
+            for t in reversed(range(T)):  # GAE, cut where an episode ends
+                gae = deltas[:, t] + a.gamma * a.gae_lambda * (~ended[:, t]) * gae
+                advantages[:, t] = gae
+            returns = advantages + values[:, :T]
+
+        dist = torch.distributions.Categorical(logits=logits)
+        actions = torch.from_numpy(batch["actions"]).to(d).long()
+        pg_loss = -(dist.log_prob(actions) * advantages).mean()
+        value_loss = 0.5 * ((returns - values[:, :T]) ** 2).mean()
+        entropy = dist.entropy().mean()
+        loss = pg_loss + a.vf_coef * value_loss - a.ent_coef * entropy
+        self.optimizer.zero_grad()
+        loss.backward()
+        grad_norm = nn.utils.clip_grad_norm_(self.net.parameters(), a.max_grad_norm)
+        self.optimizer.step()
+
+        if self.db is not None and time.monotonic() - self.published >= a.publish_every:
+            # the core publishes every `train -s` updates (100 by default): too stale for on-policy A2C
+            self.version = self.db.save_params(self.get_params())
+            self.published = time.monotonic()
+        return {
+            "loss": loss.item(),
+            "pg_loss": pg_loss.item(),
+            "value_loss": value_loss.item(),
+            "entropy": entropy.item(),
+            "grad_norm": grad_norm.item(),
+            "value": values.mean().item(),
+            "policy_lag": float(self.version - batch["version"].mean()) if self.version else 0.0,
+        }
+
+    # -- params -----------------------------------------------------------------
+    def get_params(self):
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.net.state_dict().items()}
+
+    def set_params(self, params):
+        self.net.load_state_dict({k: torch.from_numpy(params[k].copy()) for k in self.net.state_dict()})
+
+
+def make_experiment(db):
+    return AtariA2C(db)

@@ -1,0 +1,200 @@
+"""Make an image game RL-friendly: small grayscale frames, few actions, frame skip, a window of frames.
+
+Composable Gymnasium wrappers, pure NumPy (no OpenCV)::
+
+    env = gym.make("ALE/Pong-v5", frameskip=1)
+    env = FrameSkip(env, 4)                               # repeat each action 4 frames, sum rewards
+    env = ActionSubset(env, ["NOOP", "RIGHT", "LEFT"])    # Discrete(3): stay, up, down
+    env = Preprocess(env, crop=(34, 194, 0, 160), size=(80, 80))  # uint8 (80, 80) grayscale
+
+The window of the last K frames can live in two places:
+
+- ``FrameWindow(env, K)`` stacks it into the observation, (K, H, W): simple,
+  but a database of sessions then stores every frame K times;
+- ``FrameMemory(K)`` keeps the previous K-1 frames as the agent's *memory*
+  (what tinyverse's ``act`` returns and stores once per session, before tick 0),
+  so every frame is stored once and the trainer rebuilds the window of every
+  tick from that memory and the session's observations (``window_indices``).
+  That cuts the stored frames 4x for K = 4 (MEASURED.md).
+
+Both start an episode with zero frames before its first one, so a window
+rebuilt by the trainer equals the one the player acted on.
+"""
+
+from collections.abc import Sequence
+
+import gymnasium as gym
+import numpy as np
+
+
+class Preprocess(gym.ObservationWrapper):
+    """Crop, grayscale and downscale image observations to uint8.
+
+    ``crop`` is (top, bottom, left, right) in pixels (Python slice bounds);
+    ``size`` is the (height, width) after an area downscale (each output
+    pixel is the mean of the input pixels it covers; no upscaling); with
+    ``grayscale`` an RGB frame becomes (H, W) luminance (ITU-R 601 weights).
+    A frame that is already (H, W), e.g. ALE's ``obs_type="grayscale"``,
+    is only cropped and resized.
+    """
+
+    def __init__(
+        self,
+        env: gym.Env,
+        crop: tuple[int, int, int, int] | None = None,
+        size: tuple[int, int] | None = (84, 84),
+        grayscale: bool = True,
+    ):
+        super().__init__(env)
+        space = env.observation_space
+        assert isinstance(space, gym.spaces.Box) and space.dtype == np.uint8, "only uint8 image observations"
+        assert len(space.shape) in (2, 3), f"only (H, W) or (H, W, C) images, not {space.shape}"
+        crop = crop or (None, None, None, None)
+        self.crop = (slice(crop[0], crop[1]), slice(crop[2], crop[3]))
+        h, w = len(range(space.shape[0])[self.crop[0]]), len(range(space.shape[1])[self.crop[1]])
+        self.grayscale = grayscale and len(space.shape) == 3
+        channels = space.shape[2:] if len(space.shape) == 3 and not self.grayscale else ()
+        H, W = self.size = tuple(size) if size else (h, w)
+        assert 0 < H <= h and 0 < W <= w, f"size {self.size} must fit in the cropped {(h, w)} (downscale only)"
+        # Integer factors (160 -> 80) sum blocks of pixels with strided adds in uint16, the fast path;
+        # other sizes (160 -> 84) multiply by area-weight matrices (exact area resampling, like cv2.INTER_AREA).
+        self.block = (h // H, w // W) if h % H == 0 and w % W == 0 else None
+        self.rows, self.cols = _area_weights(H, h), _area_weights(W, w)
+        self.observation_space = gym.spaces.Box(0, 255, (H, W, *channels), np.uint8)
+
+    def observation(self, frame: np.ndarray) -> np.ndarray:
+        frame = frame[self.crop]
+        if self.grayscale:
+            frame = frame.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
+        if self.block == (1, 1):
+            return frame.astype(np.uint8) if frame.dtype == np.uint8 else (frame + 0.5).astype(np.uint8)
+        if self.block:
+            fy, fx = self.block
+            frame = frame.astype(np.uint16) if frame.dtype == np.uint8 else frame
+            rows = sum(frame[i::fy] for i in range(fy))
+            total = sum(rows[:, j::fx] for j in range(fx))
+            return (total / (fy * fx) + 0.5).astype(np.uint8)
+        out = np.tensordot(self.rows, frame.astype(np.float32, copy=False), (1, 0))  # (H, w, ...)
+        out = np.moveaxis(np.tensordot(self.cols, out, (1, 1)), 0, 1)  # (H, W, ...)
+        return (out + 0.5).astype(np.uint8)
+
+
+def _area_weights(n_out: int, n_in: int) -> np.ndarray:
+    """(n_out, n_in) matrix: output pixel i is the mean of the input span it covers (fractional at the edges)."""
+    edges = np.arange(n_out + 1) * n_in / n_out
+    lo, hi = edges[:-1, None], edges[1:, None]
+    pixel = np.arange(n_in)[None, :]
+    overlap = np.clip(np.minimum(hi, pixel + 1) - np.maximum(lo, pixel), 0, None)
+    return (overlap / overlap.sum(1, keepdims=True)).astype(np.float32)
+
+
+class ActionSubset(gym.ActionWrapper):
+    """Expose only some of the game's actions, as ``Discrete(len(actions))``.
+
+    ``actions`` are action ids of the wrapped env, or names looked up in the
+    game's ``get_action_meanings()`` (ALE), e.g. ``["NOOP", "RIGHT", "LEFT"]``.
+    """
+
+    def __init__(self, env: gym.Env, actions: Sequence[int | str]):
+        super().__init__(env)
+        assert isinstance(env.action_space, gym.spaces.Discrete), "only discrete actions"
+        meanings = getattr(env.unwrapped, "get_action_meanings", lambda: [])()
+        ids = []
+        for a in actions:
+            if isinstance(a, str):
+                assert a in meanings, f"{a!r} is not one of this game's actions {meanings}"
+                a = meanings.index(a)
+            assert 0 <= a < env.action_space.n, f"action {a} is not in {env.action_space}"
+            ids.append(int(a))
+        self.ids = np.array(ids)
+        self.action_space = gym.spaces.Discrete(len(ids))
+
+    def action(self, action) -> int:
+        return int(self.ids[int(action)])
+
+
+class FrameSkip(gym.Wrapper):
+    """Repeat each action ``skip`` times, summing the rewards; stop early when the episode ends."""
+
+    def __init__(self, env: gym.Env, skip: int = 4):
+        super().__init__(env)
+        assert skip >= 1, "skip must be at least 1"
+        self.skip = skip
+        if "render_fps" in env.metadata:  # a video of one frame per agent step plays at real speed
+            self.metadata = {**env.metadata, "render_fps": max(1, round(env.metadata["render_fps"] / skip))}
+
+    def step(self, action):
+        total = 0.0
+        for _ in range(self.skip):
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            total += float(reward)
+            if terminated or truncated:
+                break
+        return obs, total, terminated, truncated, info
+
+
+class FrameWindow(gym.ObservationWrapper):
+    """Observe the last ``k`` frames stacked, (k, ...), oldest first; zeros before the episode's first frame."""
+
+    def __init__(self, env: gym.Env, k: int = 4):
+        super().__init__(env)
+        space = env.observation_space
+        self.frames = np.zeros((k, *space.shape), space.dtype)
+        self.observation_space = gym.spaces.Box(0, 255, self.frames.shape, space.dtype)
+
+    def reset(self, **kwargs):
+        self.frames[:] = 0
+        return super().reset(**kwargs)
+
+    def observation(self, frame: np.ndarray) -> np.ndarray:
+        self.frames[:-1] = self.frames[1:]
+        self.frames[-1] = frame
+        return self.frames.copy()
+
+
+class FrameMemory:
+    """The window of the last ``k`` frames kept as agent memory: the previous k-1 frames.
+
+    Players: ``window, memory = fm.push(observations, memory)`` each tick.
+    Trainers: ``window_indices`` rebuilds every tick's window from a session.
+    """
+
+    def __init__(self, k: int, frame_shape: tuple[int, ...]):
+        assert k >= 1, "the window holds at least one frame"
+        self.k, self.frame_shape = k, tuple(frame_shape)
+
+    def initial(self, batch_size: int) -> dict[str, np.ndarray]:
+        return {"frames": np.zeros((batch_size, self.k - 1, *self.frame_shape), np.uint8)}
+
+    def push(self, observations: np.ndarray, memory: dict) -> tuple[np.ndarray, dict]:
+        """(B, k, ...) windows ending with ``observations``, and the memory for the next tick."""
+        window = np.concatenate([memory["frames"], np.asarray(observations)[:, None]], axis=1)
+        return window, {"frames": window[:, 1:]}
+
+
+def window_indices(terminated: np.ndarray, truncated: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Where to gather every tick's window of ``k`` frames from a batch of sessions.
+
+    Index into the frame sequence ``[zero frame, memory (k-1), observations
+    (T+1), final_observations (T)]`` of each session (axis 1), e.g.
+    ``seq[arange(B)[:, None, None], idx]``. Returns
+
+    - ``idx`` (B, T+1, k): the window the agent saw at each tick t = 0..T;
+    - ``final`` (B, T, k): the window of the last observation of an episode
+      that ended at tick t (``final_observations[:, t]``), to bootstrap from.
+
+    Frames from before the start of a tick's episode point at the zero frame,
+    as after ``FrameMemory.initial`` at a player's episode start.
+    """
+    ended = np.asarray(terminated) | np.asarray(truncated)
+    B, T = ended.shape
+    ticks = np.arange(T + 1)
+    # first tick of the episode that tick t is in (-k: it started before the session, memory is valid)
+    starts = np.where(ended, ticks[None, 1:], -k)
+    start = np.maximum.accumulate(np.concatenate([np.full((B, 1), -k), starts], axis=1), axis=1)  # (B, T+1)
+    frame = ticks[None, :, None] - (k - 1) + np.arange(k)[None, None, :]  # observation index per slot
+    idx = np.where(frame >= start[:, :, None], frame + k, 0)  # observation j is at position k + j
+    # the final window of tick t: the window of tick t+1 within tick t's episode, ending with final[t]
+    final = np.where(frame[:, 1:] >= start[:, :-1, None], frame[:, 1:] + k, 0)
+    final[:, :, -1] = k + T + 1 + np.arange(T)
+    return idx, final
