@@ -123,6 +123,29 @@ class ActorCritic(nn.Module):
         return self.policy(hidden), self.value(hidden).squeeze(-1)
 
 
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    ended: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> torch.Tensor:
+    """Generalized advantage estimates, (B, T), each summed only up to the end of its episode.
+
+    ``next_values[:, t]`` is the value of what followed tick t: the next tick's,
+    the final observation's where the episode was truncated, 0 where it
+    terminated; ``ended`` cuts the sum where an episode ended.
+    """
+    deltas = rewards + gamma * next_values - values
+    advantages = torch.zeros_like(deltas)
+    running = torch.zeros_like(deltas[:, 0])
+    for t in reversed(range(deltas.shape[1])):
+        running = deltas[:, t] + gamma * lam * (~ended[:, t]) * running
+        advantages[:, t] = running
+    return advantages
+
+
 class AtariA2C(tinyverse.Experiment):
     session_length = 25  # as in the original project
     buffer_size = 2000  # sessions (~50k frames): A2C only reads the newest `recent_sessions`
@@ -197,7 +220,7 @@ class AtariA2C(tinyverse.Experiment):
                 log.info("no fresh sessions for %.0fs: reusing the newest ones; start more players", a.max_wait)
                 self.warned = now
         self.waiting_since = None
-        lo = max(lo, hi - a.recent_sessions + 1)
+        lo = max(lo, hi - max(a.recent_sessions, batch_size) + 1)
         if hi - lo + 1 < batch_size:
             return []
         ids = np.random.default_rng().choice(np.arange(lo, hi + 1), batch_size, replace=False)
@@ -236,12 +259,7 @@ class AtariA2C(tinyverse.Experiment):
             rewards = torch.from_numpy(batch["rewards"]).to(d)
             rewards = rewards.sign() if a.clip_rewards else rewards
             ended = torch.from_numpy(terminated | truncated).to(d)
-            deltas = rewards + a.gamma * next_values - values[:, :T]
-            advantages = torch.zeros_like(deltas)
-            gae = torch.zeros(B, device=d)
-            for t in reversed(range(T)):  # GAE, cut where an episode ends
-                gae = deltas[:, t] + a.gamma * a.gae_lambda * (~ended[:, t]) * gae
-                advantages[:, t] = gae
+            advantages = gae(rewards, values[:, :T], next_values, ended, a.gamma, a.gae_lambda)
             returns = advantages + values[:, :T]
 
         dist = torch.distributions.Categorical(logits=logits)

@@ -1,0 +1,308 @@
+"""The image-game wrappers on a real ALE game, and Atari A2C end to end through the CLI (CPU, tiny budgets)."""
+
+import math
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT, run_cli
+
+from tinyverse.database import connect
+from tinyverse.player import play
+
+sys.path.insert(0, str(ROOT / "examples"))
+from wrappers import ActionSubset, FrameMemory, FrameSkip, FrameWindow, Preprocess, window_indices  # noqa: E402
+
+try:
+    import ale_py
+
+    gym.register_envs(ale_py)
+except ImportError:
+    ale_py = None
+
+EXP = ROOT / "examples" / "atari_a2c.py"
+PONG_FIELD = (34, 194, 0, 160)
+
+
+@pytest.fixture(autouse=True)
+def need_ale():
+    # not a skip: the extras install ale-py, so its absence is a broken setup to fix
+    if ale_py is None:
+        pytest.fail("ale-py is not installed: pip install 'tinyverse[test]' (or pip install ale-py)")
+
+
+def pong(**kwargs) -> gym.Env:
+    """Deterministic Pong (no sticky actions) so that two copies stay in lockstep."""
+    return gym.make("ALE/Pong-v5", repeat_action_probability=0.0, **kwargs)
+
+
+def played_frame(env: gym.Env, steps: int = 60, seed: int = 0) -> np.ndarray:
+    obs, _ = env.reset(seed=seed)
+    for _ in range(steps):  # past the start screen: paddles and ball in the field
+        obs, *_ = env.step(0)
+    return obs
+
+
+# -- Preprocess -----------------------------------------------------------------------------------------------------
+def test_crop_keeps_the_chosen_rectangle_in_colour():
+    env = Preprocess(pong(), crop=PONG_FIELD, size=None, grayscale=False)
+    raw = played_frame(pong())
+    obs = played_frame(env)
+    assert env.observation_space.shape == obs.shape == (160, 160, 3)
+    assert obs.dtype == np.uint8
+    np.testing.assert_array_equal(obs, raw[34:194, 0:160])
+
+
+def test_grayscale_matches_the_emulators_own_luminance():
+    env = Preprocess(pong(), crop=PONG_FIELD, size=None)
+    obs = played_frame(env)
+    ale_gray = played_frame(pong(obs_type="grayscale"))[34:194]
+    assert obs.shape == (160, 160) and obs.dtype == np.uint8
+    assert np.abs(obs.astype(int) - ale_gray).max() <= 1
+    assert len(np.unique(obs)) > 2, "the frame shows paddles, ball and field"
+
+
+def area_mean(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Reference area downscale: split every pixel into equal parts so that output pixels cover whole blocks."""
+    for axis, n in enumerate(size):
+        parts = math.lcm(image.shape[axis], n) // image.shape[axis]
+        image = np.repeat(image, parts, axis)
+        image = image.reshape(*image.shape[:axis], n, -1, *image.shape[axis + 1 :]).mean(axis + 1)
+    return np.floor(image + 0.5)
+
+
+@pytest.mark.parametrize("size", [(80, 80), (84, 84), (105, 80)])
+def test_downscale_averages_the_area_each_pixel_covers(size):
+    env = Preprocess(pong(), crop=PONG_FIELD, size=size)
+    small = played_frame(env)
+    full = played_frame(Preprocess(pong(), crop=PONG_FIELD, size=None))
+    assert small.shape == env.observation_space.shape == size and small.dtype == np.uint8
+    assert np.abs(small - area_mean(full.astype(float), size)).max() <= 1  # float32 vs float64 rounding
+
+
+def test_grayscale_input_is_only_cropped_and_resized():
+    env = Preprocess(pong(obs_type="grayscale"), crop=PONG_FIELD, size=(80, 80))
+    obs = played_frame(env)
+    full = played_frame(pong(obs_type="grayscale"))[34:194].astype(float)
+    assert obs.shape == (80, 80)
+    np.testing.assert_array_equal(obs, np.floor(full.reshape(80, 2, 80, 2).mean((1, 3)) + 0.5))
+
+
+def test_upscaling_is_refused():
+    with pytest.raises(AssertionError, match="downscale only"):
+        Preprocess(pong(), crop=PONG_FIELD, size=(200, 80))
+
+
+# -- ActionSubset -----------------------------------------------------------------------------------------------------
+def test_action_subset_maps_names_to_the_games_actions():
+    env = ActionSubset(pong(), ["NOOP", "RIGHT", "LEFT"])
+    assert env.action_space == gym.spaces.Discrete(3)
+    assert [env.action(i) for i in range(3)] == [0, 2, 3]  # Pong: NOOP, FIRE, RIGHT, LEFT, ...
+    twin = pong()
+    env.reset(seed=1)
+    twin.reset(seed=1)
+    for i in [1, 1, 1, 2, 2, 0] * 10:
+        obs = env.step(i)[0]
+        np.testing.assert_array_equal(obs, twin.step(env.action(i))[0])
+
+
+def test_action_subset_by_ids_and_bad_names():
+    assert ActionSubset(pong(), [3, 0]).action(0) == 3
+    with pytest.raises(AssertionError, match="not one of this game's actions"):
+        ActionSubset(pong(), ["NOOP", "JUMP"])
+
+
+# -- FrameSkip --------------------------------------------------------------------------------------------------------
+def test_frame_skip_repeats_the_action_and_sums_rewards():
+    env, twin = FrameSkip(pong(frameskip=1), 4), pong(frameskip=1)
+    env.reset(seed=2)
+    twin.reset(seed=2)
+    rewards = []
+    for _ in range(300):  # a NOOP agent concedes points: rewards of -1
+        obs, reward, *_ = env.step(0)
+        expected = sum(twin.step(0)[1] for _ in range(4))
+        assert reward == expected
+        rewards.append(reward)
+    np.testing.assert_array_equal(obs, twin.unwrapped._get_obs())
+    assert min(rewards) == -1, "some point was scored within 300 steps"
+    assert env.metadata["render_fps"] == round(twin.metadata["render_fps"] / 4)
+
+
+def test_frame_skip_stops_at_truncation():
+    env = FrameSkip(gym.wrappers.TimeLimit(pong(frameskip=1), 10), 4)
+    env.reset(seed=0)
+    for _ in range(2):
+        *_, terminated, truncated, info = env.step(0)
+        assert not (terminated or truncated)
+    assert info["episode_frame_number"] == 8
+    *_, terminated, truncated, info = env.step(0)
+    assert truncated and not terminated
+    assert info["episode_frame_number"] == 10, "the third step stopped after 2 of its 4 frames"
+
+
+def test_frame_skip_stops_at_the_end_of_the_game():
+    twin = pong(frameskip=1)
+    twin.reset(seed=3)
+    frames = 1
+    while not twin.step(0)[2]:  # a NOOP agent loses 0-21
+        frames += 1
+    skip = next(k for k in (7, 6, 5, 3) if frames % k)
+    env = FrameSkip(pong(frameskip=1), skip)
+    env.reset(seed=3)
+    steps, total, terminated = 0, 0.0, False
+    while not terminated:
+        _, reward, terminated, _, info = env.step(0)
+        steps, total = steps + 1, total + reward
+    assert info["episode_frame_number"] == frames, "no frame played past the end"
+    assert steps == -(-frames // skip) and total == -21
+
+
+# -- the window of frames: stacked, or as memory ---------------------------------------------------------------------
+def test_frame_window_stacks_the_last_frames_and_restarts_with_zeros():
+    env = FrameWindow(gym.wrappers.TimeLimit(Preprocess(pong(), crop=PONG_FIELD, size=(80, 80)), 3), 4)
+    first, _ = env.reset(seed=0)
+    assert first.shape == env.observation_space.shape == (4, 80, 80) and first.dtype == np.uint8
+    assert not first[:3].any() and first[3].any()
+    seen = [first[3]]
+    for _ in range(3):
+        obs, *_, truncated, _ = env.step(0)
+        seen.append(obs[3])
+        np.testing.assert_array_equal(obs[4 - len(seen) :], seen)
+    assert truncated
+    again, _ = env.reset()
+    assert not again[:3].any()
+
+
+def test_frame_memory_gives_the_same_windows_as_frame_window():
+    size = (80, 80)
+    stacked = FrameWindow(gym.wrappers.TimeLimit(Preprocess(pong(), crop=PONG_FIELD, size=size), 5), 4)
+    single = gym.wrappers.TimeLimit(Preprocess(pong(), crop=PONG_FIELD, size=size), 5)
+    fm = FrameMemory(4, size)
+    window_obs, _ = stacked.reset(seed=4)
+    obs, _ = single.reset(seed=4)
+    memory = fm.initial(1)
+    for _ in range(12):
+        window, memory = fm.push(obs[None], memory)
+        np.testing.assert_array_equal(window[0], window_obs)
+        window_obs, _, term, trunc, _ = stacked.step(2)
+        obs, *_ = single.step(2)
+        if term or trunc:
+            window_obs, _ = stacked.reset()
+            obs, _ = single.reset()
+            memory = fm.initial(1)
+
+
+@pytest.mark.parametrize("episode", [3, 7])
+def test_trainer_rebuilds_every_window_the_player_acted_on(tmp_path, monkeypatch, episode):
+    """The real player records sessions crossing episode ends; window_indices gets back its exact windows."""
+    monkeypatch.setenv("TINYVERSE_ATARI_MAX_STEPS", str(episode))
+    import atari_a2c
+
+    db = connect(f"sqlite:///{tmp_path / 'w.db'}", "w")
+    exp = atari_a2c.make_experiment(db)
+    seen = []
+    act = exp.act
+    monkeypatch.setattr(exp, "act", lambda o, m, greedy=False: (seen.append(exp.frames.push(o, m)[0]), act(o, m))[1])
+    play(exp, db, batch_size=2, sessions=2, seed=0)
+    seen = np.stack(seen, axis=1)  # (B, rounds x T, K, H, W)
+    K, T = exp.args.window, exp.session_length
+    sessions = sorted(db.get_sessions(list(range(1, 5))).items())
+    for n, (_, s) in enumerate(sessions):  # ids 1, 2: round 0, envs 0, 1; ids 3, 4: round 1
+        rnd, env = divmod(n, 2)
+        term, trunc = s["terminated"][None], s["truncated"][None]
+        assert trunc.sum() >= T // episode - 1 and not term.any()
+        idx, final = window_indices(term, trunc, K)
+        seq = np.concatenate([np.zeros_like(s["observations"][:1]), s["memory.frames"], s["observations"]])
+        seq = np.concatenate([seq, s["final_observations"]])
+        acted = seen[env, rnd * T : rnd * T + T]
+        np.testing.assert_array_equal(seq[idx[0, :T]], acted)
+        if rnd == 0:  # the window after the last tick is the first of the next round
+            np.testing.assert_array_equal(seq[idx[0, T]], seen[env, T])
+        for t in np.nonzero(trunc[0])[0]:  # the episode's last window: what it saw, then its final frame
+            expected = np.concatenate([acted[t, 1:], s["final_observations"][t][None]])
+            np.testing.assert_array_equal(seq[final[0, t]], expected)
+    db.close()
+
+
+# -- the advantage estimator ------------------------------------------------------------------------------------------
+def test_gae_cuts_at_episode_ends_and_bootstraps_only_truncations():
+    import atari_a2c
+
+    rng = np.random.default_rng(0)
+    T, gamma, lam = 12, 0.9, 0.8
+    rewards, values = rng.normal(size=T), rng.normal(size=T + 1)
+    final_values = rng.normal(size=T)
+    terminated, truncated = np.zeros(T, bool), np.zeros(T, bool)
+    terminated[3], truncated[8] = True, True
+    # reference: each episode on its own, the textbook recursion
+    expected = np.zeros(T)
+    for start, end, bootstrap in [(0, 4, 0.0), (4, 9, final_values[8]), (9, T, values[T])]:
+        v = np.append(values[start:end], bootstrap)
+        running = 0.0
+        for t in reversed(range(end - start)):
+            running = rewards[start + t] + gamma * v[t + 1] - v[t] + gamma * lam * running
+            expected[start + t] = running
+    next_values = values[1:].copy()
+    next_values[truncated], next_values[terminated] = final_values[truncated], 0.0
+    got = atari_a2c.gae(
+        *(torch.tensor(x[None]) for x in (rewards, values[:T], next_values, terminated | truncated)), gamma, lam
+    )
+    np.testing.assert_allclose(got[0].numpy(), expected, rtol=1e-6)
+
+
+def test_train_step_runs_on_uint8_sessions_and_changes_the_params(tmp_path, monkeypatch):
+    monkeypatch.setenv("TINYVERSE_ATARI_MAX_STEPS", "9")
+    import atari_a2c
+
+    db = connect(f"sqlite:///{tmp_path / 't.db'}", "t")
+    exp = atari_a2c.make_experiment(db)
+    play(exp, db, batch_size=2, sessions=2, seed=0)
+    batch = {k: np.stack([s[k] for s in db.get_sessions([1, 2, 3, 4]).values()]) for k in ("observations", "actions")}
+    assert batch["observations"].dtype == np.uint8 and batch["observations"].shape[1:] == (26, 80, 80)
+    from tinyverse.trainer import collate
+
+    before = exp.get_params()
+    exp.prepare_training()
+    assert exp.device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+    metrics = exp.train_step(collate(exp.sample(db, 4)))
+    assert all(np.isfinite(v) for v in metrics.values()) and metrics["entropy"] > 1.0  # ~log 3 at first
+    after = exp.get_params()
+    assert any(not np.array_equal(before[k], after[k]) for k in before)
+    assert all(v.dtype == before[k].dtype and v.shape == before[k].shape for k, v in after.items())
+    db.close()
+
+
+# -- end to end through the CLI ---------------------------------------------------------------------------------------
+def test_pong_play_train_eval_with_video(tmp_path):
+    import imageio.v2 as imageio
+
+    env = {"TINYVERSE_ATARI_MAX_STEPS": "40", "TINYVERSE_DEVICE": "cpu"}
+    url = ["--db", f"sqlite:///{tmp_path / 'pong.db'}"]
+    run_cli(EXP, "play", "-n", 2, "-b", 2, *url, cwd=tmp_path, env=env, timeout=60)
+    train = run_cli(EXP, "train", "-n", 2, "-b", 4, *url, cwd=tmp_path, env=env, timeout=60)
+    assert "stopped after 2 updates" in train.stderr
+    ev = run_cli(EXP, "eval", "-n", 1, "--record", "videos", *url, cwd=tmp_path, env=env, timeout=60)
+    assert "mean return" in ev.stdout
+    (video,) = (tmp_path / "videos").glob("*.mp4")
+    reader = imageio.get_reader(video)
+    frames = [f for f in reader]
+    assert len(frames) == 41, "the first frame and one per agent step"
+    assert frames[0].shape == (210, 160, 3) and frames[-1].std() > 0, "real game frames in colour"
+    assert reader.get_meta_data()["fps"] == 15
+
+
+def test_run_with_two_players(tmp_path):
+    env = {"TINYVERSE_ATARI_MAX_STEPS": "40", "TINYVERSE_DEVICE": "cpu"}
+    db_path = tmp_path / "run.db"
+    args = ["run", "--players", 2, "-n", 600, "--train-batch", 4, "--eval-episodes", 1]
+    out = run_cli(EXP, *args, "--db", f"sqlite:///{db_path}", cwd=tmp_path, env=env, timeout=90)
+    assert "run stopped: reached" in out.stdout, out.stdout + out.stderr
+    assert "mean return" in out.stdout
+    db = connect(f"sqlite:///{db_path}", "atari_a2c")
+    lo, hi = db.session_range()
+    workers = {int(s["worker"]) for s in db.get_sessions(list(range(lo, hi + 1))).values()}
+    assert len(workers) == 2, "both players recorded sessions"
+    assert db.params_version() is not None
+    db.close()
