@@ -149,7 +149,7 @@ def gae(
 class AtariA2C(tinyverse.Experiment):
     session_length = 25  # as in the original project
     buffer_size = 2000  # sessions (~50k frames): A2C only reads the newest `recent_sessions`
-    play_batch_size = 1
+    play_batch_size = 4  # the policy's forward costs 1.4 ms for 1 window, 2 ms for 4 (bench/atari.py)
     train_batch_size = 16  # sessions: 400 transitions an update
 
     def __init__(self, db=None, args: Args | None = None):
@@ -187,8 +187,8 @@ class AtariA2C(tinyverse.Experiment):
         logits, _ = self.net(torch.from_numpy(window).to(self.device))
         if greedy:
             actions = logits.argmax(1)
-        else:
-            actions = torch.distributions.Categorical(logits=logits).sample()
+        else:  # torch.multinomial: the same draw as Categorical.sample without its ~0.1 ms of checks
+            actions = torch.multinomial(logits.softmax(1), 1)[:, 0]
         return actions.cpu().numpy(), memory
 
     # -- trainer ----------------------------------------------------------------

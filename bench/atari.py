@@ -1,0 +1,201 @@
+"""What recording costs an Atari player: agent steps/s of Pong, raw, preprocessed, with the policy, recorded.
+
+    python bench/atari.py                      # ~2-3 minutes
+    python bench/atari.py --seconds 4 --batch 1
+
+Every rate is agent steps per second (one agent step = 4 emulator frames), measured in this one run:
+
+- raw env: ``gym.make("ALE/Pong-v5")``, RGB frames, random actions;
+- env: the experiment's ``make_env()`` (emulator grayscale, 3 actions, crop, 80x80), random
+  actions; next to it the same preprocessing with ``wrappers.FrameSkip`` instead of ALE's own skip;
+- env + policy: the loop a player runs (B envs, ``exp.act`` on the window, resets), nothing stored;
+- recorded: ``python -m tinyverse examples/atari_a2c.py play -b B`` into a fresh SQLite file,
+  counted from the database after a warm-up, while this process publishes new params every 2 s as
+  the A2C trainer does (so players also load params).
+
+The env + policy loop and the players run as 1 and then 2 concurrent processes, alternated twice;
+recording cost is 1 - recorded / (env + policy) with the same number of processes. Goal: <= 10%. Also printed: bytes
+a session takes encoded (frames stored once) against the same session with 4-stacked frames.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples"))
+EXP = ROOT / "examples" / "atari_a2c.py"
+
+
+def rate_of(step, seconds: float, warmup: float = 1.0) -> float:
+    """Calls of ``step()`` (each returning its agent steps) per second, after ``warmup`` seconds."""
+    end = time.monotonic() + warmup
+    while time.monotonic() < end:
+        step()
+    n, start = 0, time.monotonic()
+    while time.monotonic() - start < seconds:
+        n += step()
+    return n / (time.monotonic() - start)
+
+
+def env_rate(env, seconds: float) -> float:
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+
+    def step():
+        _, _, term, trunc, _ = env.step(int(rng.integers(env.action_space.n)))
+        if term or trunc:
+            env.reset()
+        return 1
+
+    return rate_of(step, seconds)
+
+
+def loop_rate(batch: int, seconds: float) -> float:
+    """The player's loop without recording: B envs, the policy on the window, resets."""
+    import atari_a2c
+
+    exp = atari_a2c.make_experiment(None)
+    envs = [exp.make_env() for _ in range(batch)]
+    obs = np.stack([env.reset(seed=i)[0] for i, env in enumerate(envs)])
+    memory = exp.initial_memory(batch)
+
+    def step():
+        nonlocal memory
+        actions, memory = exp.act(obs, memory)
+        for i, env in enumerate(envs):
+            o, _, term, trunc, _ = env.step(actions[i])
+            if term or trunc:
+                o, _ = env.reset()
+                for k, v in exp.initial_memory(1).items():
+                    memory[k][i] = v[0]
+            obs[i] = o
+        return batch
+
+    return rate_of(step, seconds, warmup=2.0)
+
+
+def parallel(argv: list[str], n: int) -> list[subprocess.Popen]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) for _ in range(n)]
+
+
+def loops(n: int, batch: int, seconds: float) -> float:
+    """Total env + policy rate of ``n`` concurrent processes."""
+    argv = [sys.executable, __file__, "--loop-worker", "--batch", str(batch), "--seconds", str(seconds)]
+    procs = parallel(argv, n)
+    return sum(json.loads(p.communicate()[0])["rate"] for p in procs)
+
+
+def players(n: int, batch: int, seconds: float, workdir: Path) -> float:
+    """Total recorded rate of ``n`` concurrent players."""
+    from tinyverse.database import connect
+
+    path = workdir / f"players{n}.db"
+    db = connect(f"sqlite:///{path}", "atari_a2c")
+    argv = [sys.executable, "-m", "tinyverse", str(EXP), "play", "-b", str(batch), "--db", f"sqlite:///{path}", "-q"]
+    procs = parallel(argv, n)
+    stop = threading.Event()
+    publisher = threading.Thread(target=publish_params, args=(db, stop), daemon=True)
+    try:
+        while db.count_sessions()[1] < 4 * n:  # started: imports done, params seeded, envs running
+            time.sleep(0.2)
+        time.sleep(2.0)
+        publisher.start()
+        first, start = db.count_sessions()[1], time.monotonic()
+        time.sleep(seconds)
+        last, wall = db.count_sessions()[1], time.monotonic() - start
+    finally:
+        stop.set()
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(30)
+    db.close()
+    return (last - first) * 25 / wall
+
+
+def publish_params(db, stop: threading.Event) -> None:
+    """Publish changed params every 2 s, as the A2C trainer does, so that players load them."""
+    params = db.load_params()[1]
+    while not stop.wait(2.0):
+        params = {k: v + np.asarray(1e-6, v.dtype) if v.dtype.kind == "f" else v for k, v in params.items()}
+        db.save_params(params)
+
+
+def session_bytes(workdir: Path) -> tuple[int, int]:
+    """Encoded bytes of one real 25-tick session: frames once (+ memory) vs every tick's 4-stack."""
+    import atari_a2c
+    from wrappers import window_indices
+
+    from tinyverse.database import connect
+    from tinyverse.encoding import encode
+    from tinyverse.player import play
+
+    db = connect(f"sqlite:///{workdir / 'one.db'}", "one")
+    exp = atari_a2c.make_experiment(db)
+    play(exp, db, 1, sessions=2, seed=0)
+    s = db.get_sessions([2])[2]
+    s.pop("id")
+    idx, _ = window_indices(s["terminated"][None], s["truncated"][None], exp.args.window)
+    seq = np.concatenate([np.zeros_like(s["observations"][:1]), s["memory.frames"], s["observations"]])
+    stacked = {**s, "observations": seq[idx[0]], "final_observations": np.zeros((25, 4, 80, 80), np.uint8)}
+    stacked.pop("memory.frames")
+    db.close()
+    return len(encode(s)), len(encode(stacked))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=8.0, help="measuring time of each rate")
+    parser.add_argument("--batch", type=int, help="environments per player (play -b; default: the experiment's)")
+    parser.add_argument("--loop-worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.loop_worker:
+        print(json.dumps({"rate": loop_rate(args.batch, args.seconds)}))
+        return
+
+    import ale_py
+    import atari_a2c
+    import gymnasium as gym
+    from wrappers import FrameSkip, Preprocess
+
+    gym.register_envs(ale_py)
+    s = args.seconds / 2
+    a = atari_a2c.Args()
+    batch = args.batch or atari_a2c.AtariA2C.play_batch_size
+    raw = env_rate(gym.make("ALE/Pong-v5"), s)
+    env = env_rate(atari_a2c.make_experiment(None).make_env(), s)
+    skip = FrameSkip(gym.make("ALE/Pong-v5", frameskip=1, obs_type="grayscale"), a.frame_skip)
+    wrapper_skip = env_rate(Preprocess(skip, crop=a.crop, size=a.size), s)
+    print(f"Pong-v5, agent steps/s (4 frames each), {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+    print(f"  raw env (RGB 210x160)              {raw:8.0f}")
+    print(f"  env, make_env() (80x80 gray)       {env:8.0f}   {env / raw:.2f} x raw")
+    print(f"  same with wrappers.FrameSkip       {wrapper_skip:8.0f}   {wrapper_skip / raw:.2f} x raw")
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in (1, 2):
+            # alternated, so that a change in the machine's load hits both sides alike
+            pairs = [(loops(n, batch, args.seconds), players(n, batch, args.seconds, Path(tmp))) for _ in range(2)]
+            policy, recorded = np.mean(pairs, axis=0)
+            each = ", ".join(f"{r / p:.2f}" for p, r in pairs)
+            print(f"{n} process{'es' if n > 1 else ''}, {batch} env{'s' if batch > 1 else ''} each:")
+            print(f"  env + policy                       {policy:8.0f}   {policy / raw:.2f} x raw env (one process)")
+            print(
+                f"  recorded into SQLite               {recorded:8.0f}   {recorded / policy:.2f} x env + policy"
+                f" (runs: {each}); recording costs {1 - recorded / policy:.0%}, goal <= 10%"
+            )
+        once, stacked = session_bytes(Path(tmp))
+    print(f"an encoded session: {once:,} bytes, frames once; {stacked:,} with 4-stacked frames ({stacked / once:.1f}x)")
+
+
+if __name__ == "__main__":
+    main()
