@@ -1,0 +1,201 @@
+"""Double DQN with a target network on CartPole-v1, in PyTorch (CleanRL style: one file).
+
+    python -m tinyverse examples/cartpole_dqn.py play -b 1 &
+    python -m tinyverse examples/cartpole_dqn.py train -b 32 &
+    python -m tinyverse examples/cartpole_dqn.py eval -n 20 --no-record
+
+Players and the trainer run decoupled, so nothing in the core ties the number
+of updates to the number of env steps. This file paces both sides itself from
+two cheap counters: env steps (sessions ever added x session_length, from the
+database) and trainer updates (carried in the params as ``updates``):
+
+- the trainer waits while updates > ``updates_per_step`` x env steps, so it
+  never grinds on a handful of early sessions (overfitting, divergence);
+- a player waits while env steps > ``learning_starts`` + ``steps_per_update`` x
+  updates, so it does not fill the replay buffer with a stale policy while the
+  trainer falls behind (on a busy machine the trainer slows down first).
+
+Double DQN: https://arxiv.org/abs/1509.06461 (the online net picks the next
+action, the target net values it).
+"""
+
+import time
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import tinyverse
+from tinyverse.player import sync_params
+
+# With several processes on few cores, torch's default thread count is a 4x trap (MEASURED.md).
+torch.set_num_threads(1)
+
+
+@dataclass
+class Args:
+    env_id: str = "CartPole-v1"
+    """the Gymnasium environment"""
+    hidden: int = 64
+    """units in each of the two hidden layers"""
+    learning_rate: float = 1e-3
+    """Adam step size"""
+    gamma: float = 0.99
+    """discount factor"""
+    n_step: int = 3
+    """n-step returns, cut at episode ends and at the end of the session"""
+    target_every: int = 200
+    """trainer updates between updates of the target net"""
+    tau: float = 1.0
+    """target net update rate (1: hard copy)"""
+    max_grad_norm: float = 10.0
+    """gradient clipping (global L2 norm)"""
+    eps_start: float = 1.0
+    """exploration epsilon of players before any update"""
+    eps_end: float = 0.02
+    """exploration epsilon of players after ``eps_updates`` updates"""
+    eps_updates: int = 2000
+    """trainer updates over which epsilon decays linearly"""
+    learning_starts: int = 1000
+    """env steps a player takes before it waits for the trainer"""
+    steps_per_update: float = 4.0
+    """a player waits while env steps > learning_starts + steps_per_update x updates"""
+    updates_per_step: float = 0.5
+    """the trainer waits while updates > updates_per_step x env steps"""
+
+
+class CartPoleDQN(tinyverse.Experiment):
+    session_length = 16
+    buffer_size = 5000  # sessions: 80k transitions
+
+    def __init__(self, db=None, args: Args | None = None):
+        super().__init__(db)
+        self.args = args or Args()
+        env = self.make_env()
+        assert isinstance(env.action_space, gym.spaces.Discrete), "only discrete actions"
+        n_obs, n_act = env.observation_space.shape[0], int(env.action_space.n)
+        env.close()
+        h = self.args.hidden
+
+        def net():
+            return nn.Sequential(nn.Linear(n_obs, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(), nn.Linear(h, n_act))
+
+        self.q, self.target = net(), net()
+        self.target.load_state_dict(self.q.state_dict())
+        self.n_act = n_act
+        self.updates = 0  # trainer updates so far, shared through params
+        self.rng = np.random.default_rng()
+        self.version = None  # params version a waiting player last loaded
+
+    def make_env(self, render_mode=None):
+        return gym.make(self.args.env_id, render_mode=render_mode)
+
+    # -- players ----------------------------------------------------------------
+    def epsilon(self) -> float:
+        # Decays with trainer updates, not env steps: exploration should shrink as the
+        # Q-function learns, and it learns per update. Tied to env steps, a fast player
+        # (or ten players) would reach eps_end before the net knows anything.
+        a = self.args
+        return a.eps_end + (a.eps_start - a.eps_end) * max(0.0, 1 - self.updates / a.eps_updates)
+
+    @torch.no_grad()
+    def act(self, observations, memory, greedy=False):
+        actions = self.q(torch.as_tensor(observations, dtype=torch.float32)).argmax(1).numpy()
+        if not greedy:
+            explore = self.rng.random(len(actions)) < self.epsilon()
+            actions = np.where(explore, self.rng.integers(self.n_act, size=len(actions)), actions)
+        return actions, memory
+
+    def session_info(self):
+        # Called once per recorded round, before it is stored: the player's pacing point.
+        if self.db is not None:
+            a = self.args
+            while self.db.count_sessions()[1] * self.session_length > a.learning_starts + a.steps_per_update * (
+                self.updates
+            ):
+                time.sleep(0.01)
+                self.version = sync_params(self, self.db, self.version)
+        return {"epsilon": self.epsilon()}
+
+    # -- trainer ----------------------------------------------------------------
+    def prepare_training(self):
+        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=self.args.learning_rate)
+
+    def train_step(self, batch):
+        a = self.args
+        if self.db is not None:
+            self.wait_for_players()
+        obs = torch.as_tensor(batch["observations"][:, :-1]).flatten(0, 1)
+        actions = torch.as_tensor(batch["actions"]).flatten().long()
+        returns, discount, next_obs = (torch.as_tensor(x).flatten(0, 1) for x in n_step(batch, a.n_step, a.gamma))
+        with torch.no_grad():
+            best = self.q(next_obs).argmax(1, keepdim=True)  # double DQN: the online net picks,
+            target = returns + discount * self.target(next_obs).gather(1, best).squeeze(1)  # the target values
+        q = self.q(obs).gather(1, actions[:, None]).squeeze(1)
+        loss = F.smooth_l1_loss(q, target)
+        self.optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.q.parameters(), a.max_grad_norm)
+        self.optimizer.step()
+        self.updates += 1
+        if self.updates % a.target_every == 0:
+            with torch.no_grad():
+                torch._foreach_lerp_(list(self.target.parameters()), list(self.q.parameters()), a.tau)
+        return {"loss": loss.item(), "q": q.mean().item(), "epsilon": self.epsilon()}
+
+    def wait_for_players(self):
+        """Wait while updates > updates_per_step x env steps (the trainer is ahead)."""
+        a, since = self.args, time.monotonic()
+        while self.updates > a.updates_per_step * self.db.count_sessions()[1] * self.session_length:
+            if since is not None and time.monotonic() - since > 1:
+                # a waiting player needs our update count: publish it (the train loop's
+                # own saves keep versions growing, save_params takes max(stored + 1, ...))
+                self.db.save_params(self.get_params())
+                since = None
+            time.sleep(0.01)
+
+    # -- params -----------------------------------------------------------------
+    def get_params(self):
+        params = {f"q.{k}": v.numpy().copy() for k, v in self.q.state_dict().items()}
+        params |= {f"target.{k}": v.numpy().copy() for k, v in self.target.state_dict().items()}
+        return params | {"updates": np.array(self.updates, np.int64)}
+
+    def set_params(self, params):
+        for name, net in (("q", self.q), ("target", self.target)):
+            net.load_state_dict({k: torch.from_numpy(params[f"{name}.{k}"].copy()) for k in net.state_dict()})
+        self.updates = int(params["updates"])
+
+
+def n_step(batch, n: int, gamma: float):
+    """n-step returns of each tick, their bootstrap discount (0 after termination) and observation.
+
+    A return stops early where the episode ends (truncated: bootstrap from the
+    final observation; terminated: don't) and at the end of the session, where
+    ``observations[:, T]`` is the observation to bootstrap from.
+    """
+    r, terminated = batch["rewards"], batch["terminated"]
+    ended = terminated | batch["truncated"]
+    # one-step successor of each tick: after an episode ends at tick t, observations[:, t+1]
+    # starts the next episode and the real successor is final_observations[:, t]
+    successor = np.where(ended[..., None], batch["final_observations"], batch["observations"][:, 1:])
+    B, T = r.shape
+    returns, discount = np.zeros((B, T), np.float32), np.ones((B, T), np.float32)
+    last = np.broadcast_to(np.arange(T), (B, T))  # the last tick summed into each return
+    running = np.ones((B, T), bool)
+    for k in range(n):
+        tick = np.minimum(np.arange(T) + k, T - 1)
+        on = running & (np.arange(T) + k < T)
+        returns += np.where(on, discount * r[:, tick], 0)
+        discount = np.where(on, discount * gamma, discount)
+        last = np.where(on, tick, last)
+        running = on & ~ended[:, tick]
+    rows = np.arange(B)[:, None]
+    # bootstrap on truncation (time limit), never on termination (the pole fell)
+    return returns, discount * ~terminated[rows, last], successor[rows, last]
+
+
+def make_experiment(db):
+    return CartPoleDQN(db)
