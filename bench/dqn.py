@@ -23,6 +23,7 @@ On a machine with few cores, evals and all processes share them: compare ratios 
 import argparse
 import importlib.util
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -201,6 +202,7 @@ def run_tinyverse(env_id: str, seed: int, budget_s: float, players: int, config:
         tracker.add(steps, evaluate(policy, env_id, seed), time.monotonic())
     updates = int(found[1]["updates"]) if found is not None else 0
     db.close()
+    shutil.rmtree(workdir)  # kept, with the logs, only when a process died
     out = result("tinyverse", env_id, seed, players, config, tracker, steps, wall)
     out["updates"] = updates
     return out
