@@ -105,7 +105,7 @@ def test_large_uint8_frames_are_compressed_and_exact():
 
 def test_incompressible_and_small_uint8_stay_raw():
     noise = np.random.default_rng(1).integers(0, 256, 100_000, dtype=np.uint8)
-    small = np.zeros(COMPRESS_MIN_BYTES - 1, dtype=np.uint8)
+    small = np.ones(COMPRESS_MIN_BYTES - 1, dtype=np.uint8)
     blob = encode({"noise": noise, "small": small})
     assert [h[3] for h in header_of(blob)] == ["raw", "raw"]
     assert_same(decode(blob), {"noise": noise, "small": small})
@@ -279,3 +279,29 @@ def test_zlib_data_must_fill_exactly_the_declared_shape():
     for shape in ([2**40, 2**40], [2**70], ["4"], [4.0]):
         with pytest.raises(RecordError):
             decode(record([["a", "<i4", shape, "raw", 16]], np.arange(4, dtype="<i4").tobytes()))
+
+
+def test_all_zero_arrays_take_no_bytes_and_come_back():
+    frames = np.zeros((25, 84, 84), np.uint8)  # final_observations of a session where no episode ended
+    blob = encode({"final": frames, "tiny": np.zeros(3, np.float32)})
+    assert [h[3] for h in header_of(blob)] == ["zeros", "raw"]  # tiny arrays are not worth a codec
+    assert len(blob) < 200
+    out = decode(blob)
+    np.testing.assert_array_equal(out["final"], frames)
+    assert out["final"].dtype == np.uint8 and out["final"].flags.writeable
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        ["a", "<f4", [2**40], "zeros", 0],  # a huge array from a tiny record
+        ["a", "<f4", [4], "zeros", 16],  # zeros that claim bytes
+        ["a", "<f4", [-1], "raw", 4],
+        ["a", "<f4", [4], "raw", 15],
+    ],
+)
+def test_impossible_zeros_and_raw_headers_are_refused(entry):
+    head = json.dumps([entry]).encode()
+    blob = b"TVR1" + struct.pack("<I", len(head)) + head + b"\0" * entry[4]
+    with pytest.raises(RecordError):
+        decode(blob)
