@@ -36,15 +36,21 @@ sys.path.insert(0, str(ROOT / "examples"))
 EXP = ROOT / "examples" / "atari_a2c.py"
 
 
-def rate_of(step, seconds: float, warmup: float = 1.0) -> float:
-    """Calls of ``step()`` (each returning its agent steps) per second, after ``warmup`` seconds."""
+def rate_of(step, seconds: float, warmup: float = 1.0) -> tuple[float, float]:
+    """Agent steps (what ``step()`` returns) per wall second and per CPU second, after ``warmup`` seconds."""
     end = time.monotonic() + warmup
     while time.monotonic() < end:
         step()
-    n, start = 0, time.monotonic()
+    n, start, cpu = 0, time.monotonic(), time.process_time()
     while time.monotonic() - start < seconds:
         n += step()
-    return n / (time.monotonic() - start)
+    return n / (time.monotonic() - start), n / (time.process_time() - cpu)
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, all threads) a running process has used, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def env_rate(env, seconds: float) -> float:
@@ -57,10 +63,10 @@ def env_rate(env, seconds: float) -> float:
             env.reset()
         return 1
 
-    return rate_of(step, seconds)
+    return rate_of(step, seconds)[0]
 
 
-def loop_rate(batch: int, seconds: float) -> float:
+def loop_rate(batch: int, seconds: float) -> tuple[float, float]:
     """The player's loop without recording: B envs, the policy on the window, resets."""
     import atari_a2c
 
@@ -89,18 +95,21 @@ def parallel(argv: list[str], n: int) -> list[subprocess.Popen]:
     return [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) for _ in range(n)]
 
 
-def loops(n: int, batch: int, seconds: float) -> float:
-    """Total env + policy rate of ``n`` concurrent processes."""
+def loops(n: int, batch: int, seconds: float) -> tuple[float, float]:
+    """Env + policy steps of ``n`` concurrent processes: per wall second (total), per CPU second."""
     argv = [sys.executable, __file__, "--loop-worker", "--batch", str(batch), "--seconds", str(seconds)]
     procs = parallel(argv, n)
-    return sum(json.loads(p.communicate()[0])["rate"] for p in procs)
+    rates = [json.loads(p.communicate()[0]) for p in procs]
+    return sum(r["wall"] for r in rates), n / sum(1 / r["cpu"] for r in rates)
 
 
-def players(n: int, batch: int, seconds: float, workdir: Path) -> float:
-    """Total recorded rate of ``n`` concurrent players."""
+def players(n: int, batch: int, seconds: float, workdir: Path) -> tuple[float, float]:
+    """Steps recorded by ``n`` concurrent players: per wall second (total), per CPU second."""
+    from atari_a2c import AtariA2C
+
     from tinyverse.database import connect
 
-    path = workdir / f"players{n}.db"
+    path = Path(tempfile.mkdtemp(dir=workdir)) / "players.db"  # a fresh database: counting starts at 0
     db = connect(f"sqlite:///{path}", "atari_a2c")
     argv = [sys.executable, "-m", "tinyverse", str(EXP), "play", "-b", str(batch), "--db", f"sqlite:///{path}", "-q"]
     procs = parallel(argv, n)
@@ -111,9 +120,10 @@ def players(n: int, batch: int, seconds: float, workdir: Path) -> float:
             time.sleep(0.2)
         time.sleep(2.0)
         publisher.start()
-        first, start = db.count_sessions()[1], time.monotonic()
+        first, start, cpu = db.count_sessions()[1], time.monotonic(), sum(cpu_seconds(p.pid) for p in procs)
         time.sleep(seconds)
         last, wall = db.count_sessions()[1], time.monotonic() - start
+        cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu
     finally:
         stop.set()
         for p in procs:
@@ -121,7 +131,8 @@ def players(n: int, batch: int, seconds: float, workdir: Path) -> float:
         for p in procs:
             p.wait(30)
     db.close()
-    return (last - first) * 25 / wall
+    steps = (last - first) * AtariA2C.session_length
+    return steps / wall, steps / cpu
 
 
 def publish_params(db, stop: threading.Event) -> None:
@@ -161,7 +172,8 @@ def main():
     parser.add_argument("--loop-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.loop_worker:
-        print(json.dumps({"rate": loop_rate(args.batch, args.seconds)}))
+        wall, cpu = loop_rate(args.batch, args.seconds)
+        print(json.dumps({"wall": wall, "cpu": cpu}))
         return
 
     import ale_py
@@ -184,15 +196,20 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for n in (1, 2):
             # alternated, so that a change in the machine's load hits both sides alike
-            pairs = [(loops(n, batch, args.seconds), players(n, batch, args.seconds, Path(tmp))) for _ in range(2)]
-            policy, recorded = np.mean(pairs, axis=0)
-            each = ", ".join(f"{r / p:.2f}" for p, r in pairs)
-            print(f"{n} process{'es' if n > 1 else ''}, {batch} env{'s' if batch > 1 else ''} each:")
-            print(f"  env + policy                       {policy:8.0f}   {policy / raw:.2f} x raw env (one process)")
+            runs = [(loops(n, batch, args.seconds), players(n, batch, args.seconds, Path(tmp))) for _ in range(2)]
+            (policy, policy_cpu), (recorded, recorded_cpu) = np.mean(runs, axis=0)
+            each = ", ".join(f"{r[1] / p[1]:.2f}" for p, r in runs)
             print(
-                f"  recorded into SQLite               {recorded:8.0f}   {recorded / policy:.2f} x env + policy"
-                f" (runs: {each}); recording costs {1 - recorded / policy:.0%}, goal <= 10%"
+                f"{n} process{'es' if n > 1 else ''}, {batch} env{'s' if batch > 1 else ''} each: per wall second (all)"
+                ", per CPU second (one)"
             )
+            print(f"  env + policy                       {policy:8.0f} {policy_cpu:8.0f}")
+            print(
+                f"  recorded into SQLite               {recorded:8.0f} {recorded_cpu:8.0f}"
+                f"   {recorded_cpu / policy_cpu:.2f} x env + policy per CPU second (runs: {each});"
+                f" per wall second {recorded / policy:.2f}"
+            )
+            print(f"  recording costs {1 - recorded_cpu / policy_cpu:.0%} of the CPU (goal <= 10%)")
         once, stacked = session_bytes(Path(tmp))
     print(f"an encoded session: {once:,} bytes, frames once; {stacked:,} with 4-stacked frames ({stacked / once:.1f}x)")
 
