@@ -1,6 +1,6 @@
 """What recording costs an Atari player: agent steps/s of Pong, raw, preprocessed, with the policy, recorded.
 
-    python bench/atari.py                      # ~2-3 minutes
+    python bench/atari.py                      # ~3 minutes
     python bench/atari.py --seconds 4 --batch 1
 
 Every rate is agent steps per second (one agent step = 4 emulator frames), measured in this one run:
