@@ -19,6 +19,7 @@ Double DQN: https://arxiv.org/abs/1509.06461 (the online net picks the next
 action, the target net values it).
 """
 
+import logging
 import time
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ import torch.nn.functional as F
 import tinyverse
 from tinyverse.player import sync_params
 
+log = logging.getLogger(__name__)
 # With several processes on few cores, torch's default thread count is a 4x trap (MEASURED.md).
 torch.set_num_threads(1)
 
@@ -41,16 +43,14 @@ class Args:
     """the Gymnasium environment"""
     hidden: int = 64
     """units in each of the two hidden layers"""
-    learning_rate: float = 1e-3
+    learning_rate: float = 2e-3
     """Adam step size"""
     gamma: float = 0.99
     """discount factor"""
-    n_step: int = 3
+    n_step: int = 5
     """n-step returns, cut at episode ends and at the end of the session"""
-    target_every: int = 200
-    """trainer updates between updates of the target net"""
-    tau: float = 1.0
-    """target net update rate (1: hard copy)"""
+    tau: float = 0.01
+    """target net update rate: target += tau x (online - target) after every update"""
     max_grad_norm: float = 10.0
     """gradient clipping (global L2 norm)"""
     eps_start: float = 1.0
@@ -110,19 +110,24 @@ class CartPoleDQN(tinyverse.Experiment):
         return actions, memory
 
     def session_info(self):
-        # Called once per recorded round, before it is stored: the player's pacing point.
+        # called once a round, before the round is stored: the player's pacing point
         if self.db is not None:
-            a = self.args
-            while self.db.count_sessions()[1] * self.session_length > a.learning_starts + a.steps_per_update * (
-                self.updates
-            ):
-                time.sleep(0.01)
-                self.version = sync_params(self, self.db, self.version)
+            self.wait_for_trainer()
         return {"epsilon": self.epsilon()}
+
+    def wait_for_trainer(self):
+        """Wait while env steps > learning_starts + steps_per_update x updates (the player is ahead)."""
+        a, said = self.args, False
+        while self.db.count_sessions()[1] * self.session_length > a.learning_starts + a.steps_per_update * self.updates:
+            if not said:
+                log.info("waiting for the trainer (%d updates so far): start one with train", self.updates)
+                said = True
+            time.sleep(0.01)
+            self.version = sync_params(self, self.db, self.version)  # the new update count
 
     # -- trainer ----------------------------------------------------------------
     def prepare_training(self):
-        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=self.args.learning_rate)
+        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=self.args.learning_rate, fused=True)
 
     def train_step(self, batch):
         a = self.args
@@ -141,16 +146,16 @@ class CartPoleDQN(tinyverse.Experiment):
         nn.utils.clip_grad_norm_(self.q.parameters(), a.max_grad_norm)
         self.optimizer.step()
         self.updates += 1
-        if self.updates % a.target_every == 0:
-            with torch.no_grad():
-                torch._foreach_lerp_(list(self.target.parameters()), list(self.q.parameters()), a.tau)
-        return {"loss": loss.item(), "q": q.mean().item(), "epsilon": self.epsilon()}
+        with torch.no_grad():  # Polyak averaging of the target net
+            torch._foreach_lerp_(list(self.target.parameters()), list(self.q.parameters()), a.tau)
+        return {"loss": loss.item(), "q": q.mean().item()}
 
     def wait_for_players(self):
         """Wait while updates > updates_per_step x env steps (the trainer is ahead)."""
         a, since = self.args, time.monotonic()
         while self.updates > a.updates_per_step * self.db.count_sessions()[1] * self.session_length:
             if since is not None and time.monotonic() - since > 1:
+                log.info("waiting for players (%d updates so far): start one with play", self.updates)
                 # a waiting player needs our update count: publish it (the train loop's
                 # own saves keep versions growing, save_params takes max(stored + 1, ...))
                 self.db.save_params(self.get_params())
