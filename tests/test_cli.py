@@ -429,3 +429,40 @@ def test_unreachable_redis_makes_eval_give_up_with_one_error(unreachable_eval):
     assert last.startswith("tinyverse: error: "), err
     assert f"127.0.0.1:{port}" in last and "--db sqlite:///" in last, last
     assert all(" WARNING: " in line and "waiting" in line for line in logged), "only the one waiting message"
+
+
+STARVED = """
+import os
+import sys
+
+sys.path.insert(0, {tests!r})
+from fake_experiment import FakeExperiment
+
+
+class Starved(FakeExperiment):
+    def sample(self, db, batch_size):
+        return []  # never enough sessions: the trainer waits on its prefetcher
+
+
+def make_experiment(db):
+    print("device", os.environ.get("TINYVERSE_DEVICE"), flush=True)
+    return Starved(db)
+"""
+
+
+def test_a_starved_trainer_still_stops_on_sigterm(tmp_path, fleet):
+    exp = tmp_path / "starved.py"
+    exp.write_text(STARVED.format(tests=str(EXP.parent)))
+    db = connect(f"sqlite:///{tmp_path / 'tinyverse.db'}", "starved")
+    db.add_sessions([{"x": np.zeros(3)}] * 8)
+    trainer = fleet.start(exp, "train", "-b", "4", "--device", "cuda:3")
+    fleet.wait(lambda: db.workers(), "the trainer's heartbeat", alive=(trainer,))
+    assert trainer.stop(signal.SIGTERM) == 0
+    assert "device cuda:3" in trainer.stdout()  # --device reaches the experiment
+
+
+def test_a_missing_extra_is_named(tmp_path):
+    exp = tmp_path / "needs_box2d.py"
+    exp.write_text("raise ModuleNotFoundError(\"No module named 'Box2D'\", name='Box2D')\n")
+    out = run_cli(exp, "eval", cwd=tmp_path, check=False)
+    assert out.returncode == 1 and "pip install 'tinyverse[box2d]'" in out.stderr

@@ -167,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--port", type=int, help="Redis port (default 6379)")
     g.add_argument("--password", help="Redis password")
     g.add_argument("--prefix", "--key-prefix", help="namespace in the database (default: the experiment's name)")
+    g.add_argument("--device", help="sets $TINYVERSE_DEVICE for the experiment (auto, cpu, cuda, cuda:1, ...)")
     g.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     g.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
 
@@ -241,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parse(argv)
         level = logging.WARNING if args.quiet else logging.DEBUG if args.verbose > 1 else logging.INFO
         logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s: %(message)s", datefmt="%H:%M:%S")
+        if args.device:  # experiments read it; run's children inherit it
+            os.environ["TINYVERSE_DEVICE"] = args.device
         MODES[args.mode](args)
         return 0
     except TinyverseError as e:

@@ -23,6 +23,7 @@ import numpy as np
 from .errors import ExperimentError, ParamsMismatch
 
 log = logging.getLogger(__name__)
+EXTRAS = {"ale_py": "atari", "Box2D": "box2d", "matplotlib": "plot", "imageio": "video"}  # module -> extra
 Arrays = dict[str, np.ndarray]
 
 
@@ -133,7 +134,8 @@ def load_experiment(path: str, db=None) -> Experiment:
     except SyntaxError as e:
         problem = f"{path}:{e.lineno}: syntax error: {e.msg}"
     except ImportError as e:
-        problem = f"{path} needs {e.name or e}: install it (pip install 'tinyverse[examples]')"
+        extra = EXTRAS.get((e.name or "").split(".")[0], "examples")
+        problem = f"{path} needs {e.name or e}: install it (pip install 'tinyverse[{extra}]')"
     except Exception as e:
         log.debug("import of %s failed", path, exc_info=True)
         problem = f"{path} failed to import: {type(e).__name__}: {e}"

@@ -55,14 +55,16 @@ class Prefetcher:
         except BaseException as e:  # handed to the training thread, raised there
             self.error = e
 
-    def get(self) -> dict[str, np.ndarray]:
-        while True:
+    def get(self, flag: StopFlag) -> dict[str, np.ndarray] | None:
+        """The next batch, or None once ``flag`` says stop (a starved trainer still stops)."""
+        while not flag.stop:
             if self.error is not None:
                 raise self.error
             try:
                 return self.queue.get(timeout=0.1)
             except queue.Empty:
                 pass
+        return None
 
     def close(self):
         self.done.set()
@@ -124,9 +126,10 @@ def train(
                 return version
             prefetch = Prefetcher(exp, db, batch_size)
             for _ in range(steps) if steps is not None else itertools.count():
-                if flag.stop:
+                batch = prefetch.get(flag)
+                if batch is None:
                     break
-                metrics = exp.train_step(prefetch.get())
+                metrics = exp.train_step(batch)
                 done += 1
                 for k, v in (metrics or {}).items():
                     sums[k] = sums.get(k, 0.0) + float(v)
