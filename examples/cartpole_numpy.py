@@ -1,0 +1,178 @@
+"""DQN on CartPole-v1 in NumPy alone: no deep-learning framework, hand-written backprop and Adam.
+
+    python -m tinyverse examples/cartpole_numpy.py play -b 1 &
+    python -m tinyverse examples/cartpole_numpy.py train -b 32 &
+    python -m tinyverse examples/cartpole_numpy.py eval -n 20 --no-record
+
+The core only ever sees NumPy arrays, so an agent needs nothing else. This is
+the algorithm of cartpole_dqn.py (double DQN, n-step returns, a Polyak target
+network that travels in the params, players and trainer paced by counters)
+with a two-layer MLP written out by hand.
+"""
+
+import time
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+
+import tinyverse
+from tinyverse.player import sync_params
+
+
+@dataclass
+class Args:
+    hidden: int = 64
+    """units in each of the two hidden layers"""
+    learning_rate: float = 2e-3
+    """Adam step size"""
+    gamma: float = 0.99
+    """discount factor"""
+    n_step: int = 5
+    """n-step returns, cut at episode ends and at the end of the session"""
+    tau: float = 0.01
+    """target net update rate: target += tau x (online - target) after every update"""
+    eps_end: float = 0.02
+    """exploration epsilon after ``eps_updates`` updates (it starts at 1)"""
+    eps_updates: int = 2000
+    """trainer updates over which epsilon decays linearly (updates, not env steps: see cartpole_dqn.py)"""
+    learning_starts: int = 1000
+    """env steps a player takes before it waits for the trainer"""
+    steps_per_update: float = 4.0
+    """a player waits while env steps > learning_starts + steps_per_update x updates"""
+    updates_per_step: float = 0.5
+    """the trainer waits while updates > updates_per_step x env steps"""
+
+
+def init_mlp(sizes: list[int], rng) -> dict[str, np.ndarray]:
+    """He-initialised weights and zero biases of a ReLU MLP."""
+    p = {}
+    for i, (m, n) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+        p[f"w{i}"] = (rng.standard_normal((m, n)) * np.sqrt(2 / m)).astype(np.float32)
+        p[f"b{i}"] = np.zeros(n, np.float32)
+    return p
+
+
+def forward(p: dict, x: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Q-values, and the input of every layer for the backward pass."""
+    layers, inputs = len(p) // 2, []
+    for i in range(layers):
+        inputs.append(x)
+        x = x @ p[f"w{i}"] + p[f"b{i}"]
+        if i < layers - 1:
+            x = np.maximum(x, 0)
+    return x, inputs
+
+
+def backward(p: dict, inputs: list[np.ndarray], grad: np.ndarray) -> dict[str, np.ndarray]:
+    """Gradients of every weight given d loss / d output."""
+    grads = {}
+    for i in reversed(range(len(inputs))):
+        grads[f"w{i}"], grads[f"b{i}"] = inputs[i].T @ grad, grad.sum(0)
+        if i:
+            grad = (grad @ p[f"w{i}"].T) * (inputs[i] > 0)  # through the ReLU that made inputs[i]
+    return grads
+
+
+class CartPoleNumPy(tinyverse.Experiment):
+    session_length = 16
+    buffer_size = 5000  # sessions: 80k transitions
+
+    def __init__(self, db=None, args: Args | None = None):
+        super().__init__(db)
+        self.args, self.rng = args or Args(), np.random.default_rng()
+        self.q = init_mlp([4, self.args.hidden, self.args.hidden, 2], self.rng)
+        self.target = {k: v.copy() for k, v in self.q.items()}
+        self.updates, self.version = 0, None
+
+    def make_env(self, render_mode=None):
+        return gym.make("CartPole-v1", render_mode=render_mode)
+
+    def epsilon(self) -> float:
+        return max(self.args.eps_end, 1 - self.updates / self.args.eps_updates)
+
+    def act(self, observations, memory, greedy=False):
+        actions = forward(self.q, observations.astype(np.float32))[0].argmax(1)
+        if not greedy:
+            explore = self.rng.random(len(actions)) < self.epsilon()
+            actions = np.where(explore, self.rng.integers(2, size=len(actions)), actions)
+        return actions, memory
+
+    def session_info(self):
+        # pacing, as in cartpole_dqn.py: wait while too far ahead of the trainer
+        a = self.args
+        while self.db is not None and self.env_steps() > a.learning_starts + a.steps_per_update * self.updates:
+            time.sleep(0.01)
+            self.version = sync_params(self, self.db, self.version)
+        return {"epsilon": self.epsilon()}
+
+    def env_steps(self) -> int:
+        return self.db.count_sessions()[1] * self.session_length
+
+    def prepare_training(self):
+        self.m = {k: np.zeros_like(v) for k, v in self.q.items()}  # Adam moments
+        self.v = {k: np.zeros_like(v) for k, v in self.q.items()}
+
+    def train_step(self, batch):
+        a = self.args
+        while self.db is not None and self.updates > a.updates_per_step * self.env_steps():
+            time.sleep(0.01)  # pacing: wait for players
+        obs = batch["observations"][:, :-1].reshape(-1, 4)
+        actions = batch["actions"].reshape(-1)
+        returns, discount, next_obs = (x.reshape(len(obs), *x.shape[2:]) for x in n_step(batch, a.n_step, a.gamma))
+        # double DQN: the online net picks the next action, the target net values it
+        best = forward(self.q, next_obs)[0].argmax(1)
+        rows = np.arange(len(obs))
+        target = returns + discount * forward(self.target, next_obs)[0][rows, best]
+        q, inputs = forward(self.q, obs)
+        error = q[rows, actions] - target
+        # Huber loss (mean): its gradient is the error clipped to [-1, 1]
+        grad = np.zeros_like(q)
+        grad[rows, actions] = np.clip(error, -1, 1) / len(obs)
+        self.adam(backward(self.q, inputs, grad))
+        for k in self.q:  # Polyak averaging of the target net
+            self.target[k] += a.tau * (self.q[k] - self.target[k])
+        huber = np.where(np.abs(error) < 1, 0.5 * error**2, np.abs(error) - 0.5)
+        return {"loss": float(huber.mean()), "q": float(q[rows, actions].mean())}
+
+    def adam(self, grads, beta1=0.9, beta2=0.999, eps=1e-8):
+        """One Adam step (https://arxiv.org/abs/1412.6980, Algorithm 1)."""
+        self.updates += 1
+        lr = self.args.learning_rate * np.sqrt(1 - beta2**self.updates) / (1 - beta1**self.updates)
+        for k, g in grads.items():
+            self.m[k] += (1 - beta1) * (g - self.m[k])
+            self.v[k] += (1 - beta2) * (g * g - self.v[k])
+            self.q[k] -= (lr * self.m[k] / (np.sqrt(self.v[k]) + eps)).astype(np.float32)
+
+    def get_params(self):
+        params = {f"q.{k}": v.copy() for k, v in self.q.items()}
+        params |= {f"target.{k}": v.copy() for k, v in self.target.items()}
+        return params | {"updates": np.array(self.updates, np.int64)}
+
+    def set_params(self, params):
+        self.q = {k: params[f"q.{k}"].copy() for k in self.q}
+        self.target = {k: params[f"target.{k}"].copy() for k in self.target}
+        self.updates = int(params["updates"])
+
+
+def n_step(batch, n: int, gamma: float):
+    """n-step returns, their bootstrap discount (0 after termination) and observation (see cartpole_dqn.py)."""
+    r, terminated = batch["rewards"], batch["terminated"]
+    ended = terminated | batch["truncated"]
+    successor = np.where(ended[..., None], batch["final_observations"], batch["observations"][:, 1:])
+    B, T = r.shape
+    returns, discount = np.zeros((B, T), np.float32), np.ones((B, T), np.float32)
+    last, running = np.broadcast_to(np.arange(T), (B, T)), np.ones((B, T), bool)
+    for k in range(n):
+        tick = np.minimum(np.arange(T) + k, T - 1)
+        on = running & (np.arange(T) + k < T)
+        returns += np.where(on, discount * r[:, tick], 0)
+        discount = np.where(on, discount * gamma, discount)
+        last = np.where(on, tick, last)
+        running = on & ~ended[:, tick]
+    rows = np.arange(B)[:, None]
+    return returns, discount * ~terminated[rows, last], successor[rows, last]
+
+
+def make_experiment(db):
+    return CartPoleNumPy(db)

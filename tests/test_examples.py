@@ -1,0 +1,78 @@
+"""Smoke tests: the real example files, tiny budgets, through the real CLI."""
+
+import importlib.util
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import ROOT, run_cli
+
+CARTPOLE = ["cartpole_dqn.py", "cartpole_numpy.py"]
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), ROOT / "examples" / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("example", CARTPOLE)
+def test_play_train_eval(example, tmp_path):
+    exp, db = ROOT / "examples" / example, f"sqlite:///{tmp_path / 'smoke.db'}"
+    run_cli(exp, "play", "-n", "2", "--db", db, cwd=tmp_path, timeout=60)
+    run_cli(exp, "train", "-b", "2", "-n", "5", "--db", db, cwd=tmp_path, timeout=60)
+    out = run_cli(exp, "eval", "-n", "1", "--no-record", "--db", db, cwd=tmp_path, timeout=60).stdout
+    assert "mean return" in out and "params v2" in out  # the player's init, then the trainer's 5 updates
+
+
+def test_numpy_example_needs_no_deep_learning_framework():
+    code = (
+        "import sys, numpy as np; from tinyverse.experiment import load_experiment\n"
+        f"exp = load_experiment({str(ROOT / 'examples' / 'cartpole_numpy.py')!r})\n"
+        "exp.act(np.zeros((3, 4), np.float32), exp.initial_memory(3))\n"
+        "exp.prepare_training()\n"
+        "bad = [m for m in ('torch', 'tensorflow', 'jax') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.parametrize("example", CARTPOLE)
+def test_n_step_returns_bootstrap_on_truncation_only(example):
+    n_step = load(example).n_step
+    T = 6
+    batch = {
+        "observations": np.arange(T + 1, dtype=np.float32)[None, :, None],  # obs t is [t]
+        "final_observations": np.array([[0, -1, 0, -3, 0, 0]], np.float32)[..., None],
+        "rewards": np.ones((1, T), np.float32),
+        "terminated": np.array([[0, 1, 0, 0, 0, 0]], bool),  # the pole falls at tick 1
+        "truncated": np.array([[0, 0, 0, 1, 0, 0]], bool),  # time runs out at tick 3
+    }
+    returns, discount, boot = n_step(batch, 1, 0.5)
+    assert returns.tolist() == [[1] * T]
+    assert discount.tolist() == [[0.5, 0, 0.5, 0.5, 0.5, 0.5]]
+    assert boot[..., 0].tolist() == [[1, -1, 3, -3, 5, 6]]
+    returns, discount, boot = n_step(batch, 3, 0.5)
+    assert returns.tolist() == [[1.5, 1, 1.5, 1, 1.5, 1]]  # cut at episode ends and at the session end
+    assert discount.tolist() == [[0, 0, 0.25, 0.5, 0.25, 0.5]]
+    assert boot[..., 0].tolist() == [[-1, -1, -3, -3, 6, 6]]
+
+
+def test_numpy_backprop_matches_finite_differences():
+    m = load("cartpole_numpy.py")
+    rng = np.random.default_rng(0)
+    p = {k: v.astype(np.float64) for k, v in m.init_mlp([4, 8, 8, 2], rng).items()}
+    x, w = rng.standard_normal((5, 4)), rng.standard_normal((5, 2))
+    q, inputs = m.forward(p, x)
+    grads = m.backward(p, inputs, w)  # of sum(q * w)
+    for k in p:
+        i = (0,) * p[k].ndim
+        old = p[k][i]
+        p[k][i] = old + 1e-6
+        plus = (m.forward(p, x)[0] * w).sum()
+        p[k][i] = old - 1e-6
+        minus = (m.forward(p, x)[0] * w).sum()
+        p[k][i] = old
+        assert grads[k][i] == pytest.approx((plus - minus) / 2e-6, rel=1e-5, abs=1e-8), k
