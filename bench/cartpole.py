@@ -1,0 +1,212 @@
+"""Wall time to solve CartPole-v1: examples/cartpole_dqn.py through tinyverse vs Stable-Baselines3 DQN.
+
+    python bench/cartpole.py                          # 3 seeds, 180 s budget each run
+    python bench/cartpole.py --seeds 0 --budget-s 120
+
+Solved means: the first 20-episode greedy eval with mean return >= 475. Each run ends when solved
+or when its training clock passes ``--budget-s``. Runs go one at a time, never side by side.
+
+- SB3: ``stable_baselines3.DQN`` in this process, RL-Zoo hyperparameters (hyperparams/dqn.yml,
+  CartPole-v1), one torch thread, seeded. The zoo decays epsilon over 16% of 50k steps; the run
+  is given room to go on past 50k (total_timesteps 10^6, exploration_fraction scaled to decay
+  over the same 8k steps), so a seed that is late is not cut off by the zoo's step count.
+- tinyverse: ``python -m tinyverse examples/cartpole_dqn.py play -b 1 --seed S`` and
+  ``train -b 32`` as real subprocesses in a fresh temp dir, on the default SQLite file there.
+  The clock starts at the spawn: start-up (importing torch in two processes) counts against it.
+
+Evaluation cost: both are evaluated every ``--eval-every-s`` seconds of their training clock, on
+the same 20 episode seeds, with the same greedy loop in this process. Evaluation time is NOT
+counted on either clock: SB3 is paused by construction (its eval runs inside a callback), and the
+tinyverse player and trainer are paused with SIGSTOP while this process loads the latest params
+from the database and plays (SIGCONT after). A solve time is the training clock when the params
+that passed were taken; its resolution is the eval period. Env steps are the player's (sessions
+ever added x session_length) or SB3's ``num_timesteps`` at that moment.
+"""
+
+import argparse
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tinyverse.database import connect  # noqa: E402
+from tinyverse.experiment import load_experiment  # noqa: E402
+from tinyverse.player import sync_params  # noqa: E402
+
+torch.set_num_threads(1)  # MEASURED.md: the default thread count is a 4x trap on 2 cores
+EXAMPLE = ROOT / "examples" / "cartpole_dqn.py"
+SOLVED, EPISODES = 475.0, 20
+ZOO = dict(  # rl-baselines3-zoo hyperparams/dqn.yml, CartPole-v1 (n_timesteps 5e4)
+    learning_rate=2.3e-3,
+    batch_size=64,
+    buffer_size=100_000,
+    learning_starts=1000,
+    gamma=0.99,
+    target_update_interval=10,
+    train_freq=256,
+    gradient_steps=128,
+    exploration_fraction=0.16,
+    exploration_final_eps=0.04,
+    policy_kwargs=dict(net_arch=[256, 256]),
+)
+
+
+def evaluate(act, seed: int) -> float:
+    """Mean return of EPISODES greedy episodes; ``act(obs) -> action``."""
+    env, returns = gym.make("CartPole-v1"), []
+    for ep in range(EPISODES):
+        obs, _ = env.reset(seed=10_000 * (seed + 1) + ep)
+        total, done = 0.0, False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(act(obs))
+            total += reward
+            done = terminated or truncated
+        returns.append(total)
+    env.close()
+    return float(np.mean(returns))
+
+
+def run_sb3(seed: int, budget_s: float, eval_every_s: float) -> dict:
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Judge(BaseCallback):
+        """Evaluates every ``eval_every_s`` s of training clock, which stops during evals."""
+
+        def __init__(self, start: float):
+            super().__init__()
+            self.start, self.paused, self.next_eval, self.result = start, 0.0, eval_every_s, {}
+
+        def _on_step(self) -> bool:
+            stop = time.monotonic()
+            clock = stop - self.start - self.paused
+            if clock < self.next_eval:
+                return True
+            q_net = self.model.policy.q_net
+
+            @torch.no_grad()
+            def act(obs):
+                return int(q_net(torch.as_tensor(obs[None], dtype=torch.float32)).argmax())
+
+            mean, steps = evaluate(act, seed), self.model.num_timesteps
+            self.paused += time.monotonic() - stop
+            self.next_eval += eval_every_s
+            print(f"  sb3 seed {seed}: {clock:6.1f}s {steps:6d} steps  eval {mean:5.1f}", flush=True)
+            if mean >= SOLVED:
+                self.result = dict(steps=steps, seconds=clock, eval=mean)
+                return False
+            return clock < budget_s
+
+    start = time.monotonic()  # model building counts, imports do not
+    total = 1_000_000
+    hp = dict(ZOO, exploration_fraction=ZOO["exploration_fraction"] * 50_000 / total)
+    model = DQN("MlpPolicy", gym.make("CartPole-v1"), seed=seed, device="cpu", verbose=0, **hp)
+    judge = Judge(start)
+    model.learn(total, callback=judge)
+    return judge.result
+
+
+def run_tinyverse(seed: int, budget_s: float, eval_every_s: float, play_b: int, train_b: int) -> dict:
+    workdir = Path(tempfile.mkdtemp(prefix="bench-cartpole-"))
+    env = {k: v for k, v in os.environ.items() if k != "TINYVERSE_DB"}  # the default: ./tinyverse.db
+    cmd = [sys.executable, "-m", "tinyverse", str(EXAMPLE)]
+    logs = [open(workdir / f"{role}.log", "w") for role in ("play", "train")]
+    start = time.monotonic()
+    procs = [
+        subprocess.Popen([*cmd, "play", "-b", str(play_b), "--seed", str(seed)], cwd=workdir, env=env, stderr=logs[0]),
+        subprocess.Popen([*cmd, "train", "-b", str(train_b)], cwd=workdir, env=env, stderr=logs[1]),
+    ]
+    paused, result = 0.0, {}
+    try:
+        db = connect(f"sqlite:///{workdir / 'tinyverse.db'}", EXAMPLE.stem, retry_for=30)
+        exp, version = load_experiment(str(EXAMPLE), db), None
+        while True:
+            clock = time.monotonic() - start - paused
+            time.sleep(max(0.0, eval_every_s * (int(clock / eval_every_s) + 1) - clock))
+            if any(p.poll() is not None for p in procs):
+                tails = "".join((workdir / f"{r}.log").read_text()[-2000:] for r in ("play", "train"))
+                raise RuntimeError(f"a tinyverse process exited early:\n{tails}")
+            stop = time.monotonic()
+            for p in procs:
+                p.send_signal(signal.SIGSTOP)
+            try:
+                clock = stop - start - paused
+                version = sync_params(exp, db, version)
+                steps = db.count_sessions()[1] * exp.session_length
+                mean = evaluate(lambda obs: int(exp.act(obs[None], {}, greedy=True)[0][0]), seed)
+            finally:
+                for p in procs:
+                    p.send_signal(signal.SIGCONT)
+                paused += time.monotonic() - stop
+            print(f"  tinyverse seed {seed}: {clock:6.1f}s {steps:6d} steps  eval {mean:5.1f}  v{version}", flush=True)
+            if mean >= SOLVED:
+                result = dict(steps=steps, seconds=clock, eval=mean)
+                break
+            if clock >= budget_s:
+                break
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGCONT)
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for f in logs:
+            f.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
+    parser.add_argument("--budget-s", type=float, default=180.0, help="training seconds per run (default 180)")
+    parser.add_argument("--eval-every-s", type=float, default=3.0, help="training seconds between evals (default 3)")
+    parser.add_argument("--play-b", type=int, default=1, help="tinyverse player: environments (play -b)")
+    parser.add_argument("--train-b", type=int, default=32, help="tinyverse trainer: sessions a batch (train -b)")
+    args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    rows = []
+    for seed in seeds:
+        print(f"seed {seed}: Stable-Baselines3 DQN", flush=True)
+        sb3 = run_sb3(seed, args.budget_s, args.eval_every_s)
+        print(f"seed {seed}: tinyverse {EXAMPLE.name}", flush=True)
+        tv = run_tinyverse(seed, args.budget_s, args.eval_every_s, args.play_b, args.train_b)
+        rows.append((seed, sb3, tv))
+
+    def cell(r):
+        return f"{r['steps']:>8d} {r['seconds']:>7.1f}" if r else f"{'-':>8} {'>' + str(int(args.budget_s)):>7}"
+
+    print(f"\nCartPole-v1, first {EPISODES}-episode greedy eval >= {SOLVED:.0f}; evals every {args.eval_every_s:g} s")
+    print(f"{'':4} {'SB3 DQN (zoo)':>16} {'tinyverse':>16}")
+    print(f"{'seed':>4} {'steps':>8} {'s':>7} {'steps':>8} {'s':>7} {'ratio s':>8}")
+    ratios = []
+    for seed, sb3, tv in rows:
+        # an unsolved run counts as its budget: the ratio is then a bound, marked with < or >
+        s = sb3["seconds"] if sb3 else args.budget_s
+        t = tv["seconds"] if tv else args.budget_s
+        ratios.append(t / s)
+        mark = "<" if not sb3 and tv else ">" if sb3 and not tv else "~" if not (sb3 or tv) else ""
+        print(f"{seed:>4} {cell(sb3)} {cell(tv)} {mark + format(t / s, '.2f'):>8}")
+    print(f"median ratio tinyverse/SB3 (wall seconds): {statistics.median(ratios):.2f}")
+    solved = sum(bool(tv) for _, _, tv in rows), sum(bool(sb3) for _, sb3, _ in rows)
+    print(f"solved: tinyverse {solved[0]}/{len(rows)}, SB3 {solved[1]}/{len(rows)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
