@@ -11,7 +11,7 @@ or when its training clock passes ``--budget-s``. Runs go one at a time, never s
   is given room to go on past 50k (total_timesteps 10^6, exploration_fraction scaled to decay
   over the same 8k steps), so a seed that is late is not cut off by the zoo's step count.
 - tinyverse: ``python -m tinyverse examples/cartpole_dqn.py play -b 1 --seed S`` and
-  ``train -b 32`` as real subprocesses in a fresh temp dir, on the default SQLite file there.
+  ``train -b 16`` as real subprocesses in a fresh temp dir, on the default SQLite file there.
   The clock starts at the spawn: start-up (importing torch in two processes) counts against it.
 
 Evaluation cost: both are evaluated every ``--eval-every-s`` seconds of their training clock, on
@@ -177,18 +177,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=180.0, help="training seconds per run (default 180)")
     parser.add_argument("--eval-every-s", type=float, default=3.0, help="training seconds between evals (default 3)")
     parser.add_argument("--play-b", type=int, default=1, help="tinyverse player: environments (play -b)")
-    parser.add_argument("--train-b", type=int, default=32, help="tinyverse trainer: sessions a batch (train -b)")
+    parser.add_argument("--train-b", type=int, default=16, help="tinyverse trainer: sessions a batch (train -b)")
+    parser.add_argument("--only", choices=["sb3", "tinyverse"], help="run one system alone (no ratio)")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     rows = []
     for seed in seeds:
-        print(f"seed {seed}: Stable-Baselines3 DQN", flush=True)
-        sb3 = run_sb3(seed, args.budget_s, args.eval_every_s)
-        print(f"seed {seed}: tinyverse {EXAMPLE.name}", flush=True)
-        tv = run_tinyverse(seed, args.budget_s, args.eval_every_s, args.play_b, args.train_b)
+        sb3 = tv = None
+        if args.only != "tinyverse":
+            print(f"seed {seed}: Stable-Baselines3 DQN", flush=True)
+            sb3 = run_sb3(seed, args.budget_s, args.eval_every_s)
+        if args.only != "sb3":
+            print(f"seed {seed}: tinyverse {EXAMPLE.name}", flush=True)
+            tv = run_tinyverse(seed, args.budget_s, args.eval_every_s, args.play_b, args.train_b)
         rows.append((seed, sb3, tv))
 
-    def cell(r):
+    def cell(r):  # None: not run; {}: not solved within the budget
+        if r is None:
+            return f"{'n/a':>8} {'':>7}"
         return f"{r['steps']:>8d} {r['seconds']:>7.1f}" if r else f"{'-':>8} {'>' + str(int(args.budget_s)):>7}"
 
     print(f"\nCartPole-v1, first {EPISODES}-episode greedy eval >= {SOLVED:.0f}; evals every {args.eval_every_s:g} s")
@@ -196,15 +202,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'seed':>4} {'steps':>8} {'s':>7} {'steps':>8} {'s':>7} {'ratio s':>8}")
     ratios = []
     for seed, sb3, tv in rows:
-        # an unsolved run counts as its budget: the ratio is then a bound, marked with < or >
-        s = sb3["seconds"] if sb3 else args.budget_s
-        t = tv["seconds"] if tv else args.budget_s
-        ratios.append(t / s)
-        mark = "<" if not sb3 and tv else ">" if sb3 and not tv else "~" if not (sb3 or tv) else ""
-        print(f"{seed:>4} {cell(sb3)} {cell(tv)} {mark + format(t / s, '.2f'):>8}")
-    print(f"median ratio tinyverse/SB3 (wall seconds): {statistics.median(ratios):.2f}")
-    solved = sum(bool(tv) for _, _, tv in rows), sum(bool(sb3) for _, sb3, _ in rows)
-    print(f"solved: tinyverse {solved[0]}/{len(rows)}, SB3 {solved[1]}/{len(rows)}")
+        ratio = ""
+        if sb3 is not None and tv is not None:
+            # an unsolved run counts as its budget: the ratio is then a bound, marked < or >
+            t, s = (r["seconds"] if r else args.budget_s for r in (tv, sb3))
+            ratios.append(t / s)
+            ratio = ("<" if sb3 == {} and tv else ">" if tv == {} and sb3 else "") + f"{t / s:.2f}"
+        print(f"{seed:>4} {cell(sb3)} {cell(tv)} {ratio:>8}")
+    if ratios:
+        print(f"median ratio tinyverse/SB3 (wall seconds): {statistics.median(ratios):.2f}")
+    for name, col in (("SB3", 1), ("tinyverse", 2)):
+        ran = [r[col] for r in rows if r[col] is not None]
+        if ran:
+            print(f"{name} solved {sum(map(bool, ran))}/{len(ran)}")
     return 0
 
 

@@ -1,7 +1,7 @@
 """Double DQN with a target network on CartPole-v1, in PyTorch (CleanRL style: one file).
 
     python -m tinyverse examples/cartpole_dqn.py play -b 1 &
-    python -m tinyverse examples/cartpole_dqn.py train -b 32 &
+    python -m tinyverse examples/cartpole_dqn.py train -b 16 &
     python -m tinyverse examples/cartpole_dqn.py eval -n 20 --no-record
 
 Players and the trainer run decoupled, so nothing in the core ties the number
@@ -51,8 +51,6 @@ class Args:
     """n-step returns, cut at episode ends and at the end of the session"""
     tau: float = 0.01
     """target net update rate: target += tau x (online - target) after every update"""
-    max_grad_norm: float = 10.0
-    """gradient clipping (global L2 norm)"""
     eps_start: float = 1.0
     """exploration epsilon of players before any update"""
     eps_end: float = 0.02
@@ -68,8 +66,8 @@ class Args:
 
 
 class CartPoleDQN(tinyverse.Experiment):
-    session_length = 16
-    buffer_size = 5000  # sessions: 80k transitions
+    session_length = 32
+    buffer_size = 2500  # sessions: 80k transitions
 
     def __init__(self, db=None, args: Args | None = None):
         super().__init__(db)
@@ -128,6 +126,7 @@ class CartPoleDQN(tinyverse.Experiment):
     # -- trainer ----------------------------------------------------------------
     def prepare_training(self):
         self.optimizer = torch.optim.Adam(self.q.parameters(), lr=self.args.learning_rate, fused=True)
+        self.pairs = list(self.target.parameters()), list(self.q.parameters())  # for Polyak averaging
 
     def train_step(self, batch):
         a = self.args
@@ -143,11 +142,10 @@ class CartPoleDQN(tinyverse.Experiment):
         loss = F.smooth_l1_loss(q, target)
         self.optimizer.zero_grad()
         loss.backward()
-        nn.utils.clip_grad_norm_(self.q.parameters(), a.max_grad_norm)
         self.optimizer.step()
         self.updates += 1
         with torch.no_grad():  # Polyak averaging of the target net
-            torch._foreach_lerp_(list(self.target.parameters()), list(self.q.parameters()), a.tau)
+            torch._foreach_lerp_(*self.pairs, a.tau)
         return {"loss": loss.item(), "q": q.mean().item()}
 
     def wait_for_players(self):
