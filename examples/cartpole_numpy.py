@@ -115,8 +115,12 @@ class CartPoleNumPy(tinyverse.Experiment):
 
     def train_step(self, batch):
         a = self.args
+        since = time.monotonic()
         while self.db is not None and self.updates > a.updates_per_step * self.env_steps():
-            time.sleep(0.01)  # pacing: wait for players
+            time.sleep(0.01)  # pacing: wait for players, who wait for our update count
+            if since is not None and time.monotonic() - since > 1:
+                self.db.save_params(self.get_params())  # so publish it (see cartpole_dqn.py)
+                since = None
         obs = batch["observations"][:, :-1].reshape(-1, 4)
         actions = batch["actions"].reshape(-1)
         returns, discount, next_obs = (x.reshape(len(obs), *x.shape[2:]) for x in n_step(batch, a.n_step, a.gamma))
