@@ -61,6 +61,8 @@ class Args:
     """env steps a player takes before it waits for the trainer"""
     steps_per_update: float = 4.0
     """a player waits while env steps > learning_starts + steps_per_update x updates"""
+    # with train -b 16 (512 transitions an update): 128 replayed transitions per env step (SB3's zoo: 32);
+    # in simulation 2 learned slower per update, 8 no faster; the trainer is the bottleneck on 2 cores
     updates_per_step: float = 0.5
     """the trainer waits while updates > updates_per_step x env steps"""
 
