@@ -70,6 +70,8 @@ class Args:
 class CartPoleDQN(tinyverse.Experiment):
     session_length = 32
     buffer_size = 2500  # sessions: 80k transitions
+    play_batch_size = 1  # play -b / run -b default
+    train_batch_size = 16  # train -b / run --train-batch default: 512 transitions an update
 
     def __init__(self, db=None, args: Args | None = None):
         super().__init__(db)

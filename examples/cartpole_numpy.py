@@ -77,6 +77,8 @@ def backward(p: dict, inputs: list[np.ndarray], grad: np.ndarray) -> dict[str, n
 class CartPoleNumPy(tinyverse.Experiment):
     session_length = 16
     buffer_size = 5000  # sessions: 80k transitions
+    play_batch_size = 1  # play -b / run -b default
+    train_batch_size = 32  # train -b / run --train-batch default
 
     def __init__(self, db=None, args: Args | None = None):
         super().__init__(db)
