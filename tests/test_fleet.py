@@ -196,3 +196,39 @@ def test_trainer_logdir_writes_tensorboard_events(tmp_path):
 @pytest.mark.parametrize("text", ["empty"])
 def test_info_text_of_an_empty_namespace(db, text):
     assert text in info_text(db)
+
+
+def test_deleting_data_under_live_workers_never_resets_params(tmp_path):
+    """clear --del-*: players and trainers carry on; deleted params come back trained, not random."""
+    url = f"sqlite:///{tmp_path / 'live.db'}"
+    env = {**os.environ, "SDL_VIDEODRIVER": "dummy", "FAKE_TRAIN_SLEEP": "0.005"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tinyverse", str(FAKE), mode, *extra, "--db", url],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for mode, extra in (("play", []), ("train", ["-s", "5"]))
+    ]
+    db = connect(url, "fake_experiment")
+    try:
+        wait_for(lambda: (p := db.load_params()) and p[1]["updates"][0] >= 20, 60, "trained params")
+        trained_w = db.load_params()[1]["w"]
+        run_cli(FAKE, "clear", "--del-weights", "--db", url, cwd=tmp_path)
+        back = wait_for(db.load_params, 30, "params to come back")
+        assert back[1]["updates"][0] > 0, "params came back as a random init"
+        np.testing.assert_array_equal(back[1]["w"], trained_w)
+
+        run_cli(FAKE, "clear", "--del-sessions", "--del-metrics", "--db", url, cwd=tmp_path)
+        added = db.count_sessions()[1]
+        wait_for(lambda: db.count_sessions()[1] > added + 10 and db.metrics("episodes"), 30, "new sessions")
+        assert all(p.poll() is None for p in procs), "a worker died"
+        assert db.load_params()[1]["updates"][0] >= back[1]["updates"][0]
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            assert p.wait(timeout=30) == 0, p.stderr.read()

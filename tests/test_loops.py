@@ -206,13 +206,15 @@ def test_player_loads_new_params_only_when_the_version_changes(db, sync_every):
     assert exp.loads == 2, "params must be loaded once at start and once when the version changed, never more"
 
 
-def test_trainer_resumes_from_stored_params_and_publishes_every_s_steps(db):
+@pytest.mark.parametrize("prefetch", [2, 0])  # a background thread, or fetching in the training thread
+def test_trainer_resumes_from_stored_params_and_publishes_every_s_steps(db, prefetch):
     play(FakeExperiment(db), db, batch_size=2, sessions=3)
     trained = {"w": np.full((4, 2), 0.25, np.float32), "updates": np.array([7])}
     start = db.save_params(trained, min_version=5)
 
     seen = []
     exp = FakeExperiment(db, on_train=lambda update: seen.append(db.params_version()))
+    exp.prefetch = prefetch
     final = train(exp, db, batch_size=3, steps=5, save_every=2, report_every=0.0)
     assert exp.prepared
     # published after updates 2 and 4, and the rest at the end: versions grow by one each time

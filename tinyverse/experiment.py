@@ -55,6 +55,8 @@ class Experiment:
     play_batch_size: int = 1
     #: default of ``train -b``: sessions in a minibatch
     train_batch_size: int = 32
+    #: batches the trainer prepares in a background thread (0: fetch in the training thread)
+    prefetch: int = 2
 
     def __init__(self, db=None):
         self.db = db

