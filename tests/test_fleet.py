@@ -109,21 +109,19 @@ def test_info_shows_the_fleet(tmp_path):
     db = connect(url, "fake_experiment")
     db.heartbeat(
         "trainer-x",
-        {
-            "role": "trainer",
-            "host": "gpu-box",
-            "pid": 42,
-            "started": time.time() - 300,
-            "updates_per_s": 12.5,
-            "version": 0,
-        },
+        {"role": "trainer", "host": "gpu-box", "pid": 42, "started": time.time() - 300, "updates_per_s": 12.5},
     )
-    db.save_params(db.load_params()[1])  # version 2: the trainer above lags by 2
+    db.heartbeat(
+        "player-y",
+        {"role": "player", "host": "laptop", "pid": 7, "started": time.time() - 90, "steps_per_s": 1234, "version": 0},
+    )
+    db.save_params(db.load_params()[1])  # version 2: the player above acts with params 2 versions old
     out = run_cli(FAKE, "info", "--db", url, cwd=tmp_path).stdout
     assert "[fake_experiment]" in out
     assert "sessions  40 stored" in out  # 20 rounds of the fake's 2 environments
     assert "params    version 2, saved" in out
-    assert "trainer   gpu-box pid 42  up 5m  12.5 updates/s  params v0, lag 2" in out
+    assert "trainer   gpu-box pid 42  up 5m  12.5 updates/s\n" in out
+    assert "player    laptop pid 7  up 90s  1,234 steps/s  params v0, lag 2" in out
     assert "returns   last" in out
     assert run_cli("info", "--db", url, cwd=tmp_path).stdout.startswith("[fake_experiment]")
 

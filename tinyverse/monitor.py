@@ -29,16 +29,14 @@ def info_text(db, last: int = 100) -> str:
     )
     now = time.time()
     for w in workers:
-        rate = (
-            f"{w.get('steps_per_s', 0):,.0f} steps/s"
-            if w["role"] == "player"
-            else (f"{w.get('updates_per_s', 0):,.1f} updates/s")
-        )
-        lag = "" if version is None or w.get("version") is None else f", lag {version - w['version']}"
-        lines.append(
-            f"  {w['role']:<8}  {w['host']} pid {w['pid']}  up {_age(now - w['started'])}  {rate}  "
-            f"params v{w.get('version')}{lag}"
-        )
+        if w["role"] == "player":
+            rate = f"{w.get('steps_per_s', 0):,.0f} steps/s"
+        else:
+            rate = f"{w.get('updates_per_s', 0):,.1f} updates/s"
+        used = f"  params v{w['version']}" if w.get("version") is not None else ""
+        if used and w["role"] == "player" and version is not None:
+            used += f", lag {version - w['version']}"  # how stale the acting policy is
+        lines.append(f"  {w['role']:<8}  {w['host']} pid {w['pid']}  up {_age(now - w['started'])}  {rate}{used}")
     if not workers:
         lines.append("  workers   none alive")
     returns = [m["return"] for m in db.metrics("episodes", last)]
@@ -50,7 +48,7 @@ def info_text(db, last: int = 100) -> str:
     train = db.metrics("train", 1)
     if train:
         shown = ", ".join(f"{k} {v:.4g}" for k, v in train[-1].items() if k not in ("time", "version", "steps"))
-        lines.append(f"  trainer   {shown} ({_age(now - train[-1]['time'])} ago)")
+        lines.append(f"  training  {shown} ({_age(now - train[-1]['time'])} ago)")
     return "\n".join(lines)
 
 

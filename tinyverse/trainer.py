@@ -110,7 +110,7 @@ def train(
     steps: int | None = None,
     save_every: int = 100,
     buffer_size: int | None = None,
-    report_every: float = 10.0,
+    report_every: float = 2.0,
     logdir: str | None = None,
 ) -> int:
     """Train on batches of ``batch_size`` sessions for ``steps`` updates (for ever if None).
@@ -132,7 +132,7 @@ def train(
     exp.prepare_training()
     worker = Worker(db, "trainer")
     events = EventWriter(logdir) if logdir else None
-    done, sums, count, last_report = 0, {}, 0, time.monotonic()
+    done, sums, count, last_report, last_log = 0, {}, 0, time.monotonic(), 0.0
     started = time.monotonic()
     with StopFlag() as flag:
         prefetch = None
@@ -165,7 +165,9 @@ def train(
                         extra = {"return/recent_mean": float(np.mean(recent))} if recent else {}
                         events.scalars({**{f"train/{k}": v for k, v in means.items()}, **extra}, env_steps)
                     shown = " ".join(f"{k} {v:.4g}" for k, v in means.items())
-                    log.info("update %d (%.0f/s) params v%d %s", done, done / (now - started), version, shown)
+                    if now - last_log >= 10 or done == steps:  # metrics every 2 s, the log every 10 s
+                        log.info("update %d (%.0f/s) params v%d %s", done, done / (now - started), version, shown)
+                        last_log = now
                     sums, count, last_report = {}, 0, now
         finally:
             if prefetch is not None:
