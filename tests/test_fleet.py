@@ -230,3 +230,14 @@ def test_deleting_data_under_live_workers_never_resets_params(tmp_path):
             p.send_signal(signal.SIGTERM)
         for p in procs:
             assert p.wait(timeout=30) == 0, p.stderr.read()
+
+
+def test_clear_asks_workers_on_other_machines_to_stop(tmp_path):
+    url = f"sqlite:///{tmp_path / 'remote.db'}"
+    db = connect(url, "fake_experiment")
+    remote = {"id": "player-far-1", "role": "player", "host": "far-away-box", "pid": os.getpid(), "started": 0}
+    db.heartbeat(remote["id"], remote, ttl=60)
+    out = run_cli(FAKE, "clear", "--kill-players", "--db", url, cwd=tmp_path)
+    assert f"asked player pid {os.getpid()} on far-away-box to stop" in out.stdout
+    assert db.stop_requested(remote["id"])  # its next heartbeat sees this and it stops
+    assert not db.stop_requested("player-near-2")
