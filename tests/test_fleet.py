@@ -105,7 +105,7 @@ def test_info_shows_the_fleet(tmp_path):
     url = f"sqlite:///{tmp_path / 'info.db'}"
     empty = run_cli("info", "--db", url, cwd=tmp_path)
     assert "no experiments" in empty.stdout
-    run_cli(FAKE, "play", "-n", "20", "--db", url, cwd=tmp_path)
+    run_cli(FAKE, "play", "-n", "20", "--db", url, cwd=tmp_path, env={"FAKE_MAX_STEPS": "20"})  # episodes end
     db = connect(url, "fake_experiment")
     db.heartbeat(
         "trainer-x",
@@ -141,7 +141,7 @@ def test_plot_writes_a_png(tmp_path):
     url = f"sqlite:///{tmp_path / 'plot.db'}"
     missing = run_cli(FAKE, "plot", "--db", url, cwd=tmp_path, check=False)
     assert missing.returncode == 1 and "no episode returns stored" in missing.stderr
-    run_cli(FAKE, "play", "-n", "30", "--db", url, cwd=tmp_path)
+    run_cli(FAKE, "play", "-n", "30", "--db", url, cwd=tmp_path, env={"FAKE_MAX_STEPS": "20"})
     run_cli(FAKE, "train", "-n", "20", "--db", url, cwd=tmp_path)
     out = run_cli(FAKE, "plot", "-o", "curve.png", "--db", url, cwd=tmp_path)
     png = (tmp_path / "curve.png").read_bytes()
@@ -184,7 +184,7 @@ def test_event_writer_writes_scalar_records(tmp_path):
 
 def test_trainer_logdir_writes_tensorboard_events(tmp_path):
     url = f"sqlite:///{tmp_path / 'tb.db'}"
-    run_cli(FAKE, "play", "-n", "10", "--db", url, cwd=tmp_path)
+    run_cli(FAKE, "play", "-n", "10", "--db", url, cwd=tmp_path, env={"FAKE_MAX_STEPS": "20"})
     run_cli(FAKE, "train", "-n", "10", "--logdir", "tb", "--db", url, cwd=tmp_path)
     (path,) = (tmp_path / "tb").glob("events.out.tfevents.*")
     records = read_events(path)
