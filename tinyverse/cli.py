@@ -8,7 +8,6 @@ into one line and a non-zero exit.
 import argparse
 import logging
 import os
-import socket
 import sqlite3
 import sys
 import time
@@ -26,7 +25,7 @@ from .launcher import run_fleet
 from .monitor import info_text, plot
 from .player import play
 from .trainer import train
-from .workers import kill_local
+from .workers import stop_worker
 
 log = logging.getLogger("tinyverse")
 
@@ -91,14 +90,8 @@ def mode_clear(args):
     for db in _namespaces(args):
         roles = {r for r, on in (("player", args.kill_players), ("trainer", args.kill_trainers)) if on or args.all}
         for w in db.workers():
-            if w.get("role") not in roles:
-                continue
-            if w.get("host") == socket.gethostname():
-                print(f"{db.prefix}: {kill_local(w)}")
-                db.remove_worker(w["id"])
-            else:  # another machine: it stops at its next heartbeat
-                db.request_stop(w["id"])
-                print(f"{db.prefix}: asked {w['role']} pid {w['pid']} on {w['host']} to stop")
+            if w.get("role") in roles:
+                print(f"{db.prefix}: {stop_worker(db, w)}")
         what = dict(sessions=args.del_sessions, params=args.del_weights, metrics=args.del_metrics)
         what = {k: v or args.all for k, v in what.items()}
         db.clear(**what, workers=args.all)

@@ -95,15 +95,19 @@ class StopFlag:
             signal.signal(sig, handler)
 
 
-def kill_local(worker: dict, timeout: float = 10.0) -> str:
-    """Stop a worker of this machine with SIGTERM (warm shutdown), SIGKILL if it hangs.
+def stop_worker(db, worker: dict, timeout: float = 10.0) -> str:
+    """Stop a registered worker; say what was done.
 
-    Refuses when the PID now belongs to another process (PIDs get reused): the
-    kernel start time recorded at registration must still match.
+    On another machine it is asked through the database and stops at its next
+    heartbeat. On this one it gets SIGTERM (warm shutdown), SIGKILL if it hangs,
+    unless its PID now belongs to another process (PIDs get reused): the kernel
+    start time and command line recorded at registration must still match.
     """
     pid, name = worker["pid"], f"{worker['role']} pid {worker['pid']}"
     if worker.get("host") != socket.gethostname():
-        return f"{name} runs on {worker.get('host')}: not stopped from here"
+        db.request_stop(worker["id"])
+        return f"asked {name} on {worker.get('host')} to stop"
+    db.remove_worker(worker["id"])
     same = worker.get("proc_start") is not None and _proc_start(pid) == worker["proc_start"]
     if not same or _cmdline(pid) != worker.get("cmdline"):
         return f"{name} is gone (or its PID now belongs to another process): left alone"
