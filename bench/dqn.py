@@ -3,11 +3,18 @@
     python bench/dqn.py --envs CartPole-v1 --seeds 0 --budget-s 300          # one quick pair
     python bench/dqn.py --envs CartPole-v1,Acrobot-v1,LunarLander-v3 --seeds 0,1,2 --players 1,2
     python bench/dqn.py --ablate --envs CartPole-v1 --seeds 0,1,2            # each improvement off in turn
+    python bench/dqn.py --envs Acrobot-v1 --seeds 1 --json runs.jsonl         # rows also appended as JSON
+    python bench/dqn.py --report runs.jsonl                                   # tables of saved rows
+
+Runs are sequential; on a machine with many cores, start one script per run with ``--json`` to the
+same file and print the merged tables with ``--report``.
 
 Both systems are judged alike: every ``eval_every`` env steps (and once at the end), 10 greedy
 episodes on a separately seeded env; an env is solved at the first eval whose mean reaches the
 threshold (CartPole-v1 475, Acrobot-v1 -100, LunarLander-v3 200). A run ends at RL-Zoo's
-``n_timesteps`` or after ``--budget-s`` seconds of wall time.
+``n_timesteps`` (``--steps`` overrides it) or after ``--budget-s`` seconds of training time
+(wall time less evaluation, see ``Tracker``), or with ``--stop-solved`` at the
+first eval that solves.
 
 - SB3: ``stable_baselines3.DQN`` in this process with RL-Zoo's hyperparameters
   (hyperparams/dqn.yml; LunarLander-v3 takes the v2 entry), one torch thread; the clock starts
@@ -22,6 +29,7 @@ On a machine with few cores, evals and all processes share them: compare ratios 
 
 import argparse
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -101,49 +109,79 @@ def evaluate(policy, env_id: str, seed: int, episodes: int = 10) -> float:
 
 
 class Tracker:
-    """Eval results of one run: first time and step count at the threshold, and the last score."""
+    """Eval results of one run on a training clock that stops while evaluating.
 
-    def __init__(self, env_id: str, started: float):
-        self.threshold, self.started = SOLVED[env_id], started
+    ``clock()`` is wall time since the start minus time spent in ``evaluate``: SB3 evaluates inside
+    its training loop, and tinyverse's processes are SIGSTOPped while this process evaluates, so
+    neither system is charged for (or helped by) evaluation.
+    """
+
+    def __init__(self, env_id: str, env_seed: int, pause=(), started: float | None = None):
+        self.env_id, self.env_seed, self.pause = env_id, env_seed, pause
+        self.threshold, self.paused = SOLVED[env_id], 0.0
+        self.started = time.monotonic() if started is None else started
         self.solved_s = self.solved_steps = None
         self.evals: list[tuple[float, int, float]] = []
 
-    def add(self, steps: int, score: float, at: float) -> None:
-        self.evals.append((at - self.started, steps, score))
+    def clock(self) -> float:
+        return time.monotonic() - self.started - self.paused
+
+    def evaluate(self, steps: int, policy) -> None:
+        at = self.clock()
+        for p in self.pause:
+            p.send_signal(signal.SIGSTOP)
+        try:
+            score = evaluate(policy, self.env_id, self.env_seed)
+        finally:
+            for p in self.pause:
+                p.send_signal(signal.SIGCONT)
+            self.paused = time.monotonic() - self.started - at
+        self.evals.append((at, steps, score))
         if self.solved_s is None and score >= self.threshold:
-            self.solved_s, self.solved_steps = at - self.started, steps
+            self.solved_s, self.solved_steps = at, steps
 
 
-def run_sb3(env_id: str, seed: int, budget_s: float) -> dict:
+def run_sb3(env_id: str, seed: int, budget_s: float, stop_solved: bool = False, steps: int | None = None) -> dict:
     from stable_baselines3 import DQN
     from stable_baselines3.common.callbacks import BaseCallback
 
     hp = dict(ZOO[env_id])
-    total = hp.pop("n_timesteps")
+    zoo_total = hp.pop("n_timesteps")
+    total = steps or zoo_total
+    hp["exploration_fraction"] *= zoo_total / total  # the same decay in env steps as RL-Zoo's
     every = EVAL_EVERY[env_id]
 
     class Eval(BaseCallback):
         def _on_step(self) -> bool:
             if self.num_timesteps % every == 0:
-                tracker.add(self.num_timesteps, evaluate(policy, env_id, seed), time.monotonic())
-            return time.monotonic() - started < budget_s
+                tracker.evaluate(self.num_timesteps, policy)
+                if stop_solved and tracker.solved_s is not None:
+                    return False
+            return tracker.clock() < budget_s
 
     model = DQN("MlpPolicy", env_id, seed=seed, policy_kwargs=dict(net_arch=[256, 256]), device="cpu", **hp)
     policy = lambda obs: model.predict(obs, deterministic=True)[0]  # noqa: E731
-    started = time.monotonic()
-    tracker = Tracker(env_id, started)
+    tracker = Tracker(env_id, seed)
     model.learn(total_timesteps=total, callback=Eval())
-    wall = time.monotonic() - started
+    wall = tracker.clock()
     if not tracker.evals or tracker.evals[-1][1] != model.num_timesteps:
-        tracker.add(model.num_timesteps, evaluate(policy, env_id, seed), time.monotonic())
+        tracker.evaluate(model.num_timesteps, policy)
     return result("sb3", env_id, seed, 1, "-", tracker, model.num_timesteps, wall)
 
 
-def run_tinyverse(env_id: str, seed: int, budget_s: float, players: int, config: str = "all") -> dict:
+def run_tinyverse(
+    env_id: str,
+    seed: int,
+    budget_s: float,
+    players: int,
+    config: str = "all",
+    stop_solved: bool = False,
+    max_steps: int | None = None,
+) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix="tinyverse-bench-dqn-"))
     url = f"sqlite:///{workdir / 'bench.db'}"
     env = {**os.environ, "DQN_ENV": env_id, "DQN_SEED": str(seed), **ABLATIONS[config]}
-    total, every = ZOO[env_id]["n_timesteps"], EVAL_EVERY[env_id]
+    total, every = max_steps or ZOO[env_id]["n_timesteps"], EVAL_EVERY[env_id]
     base = [sys.executable, "-m", "tinyverse", str(DQN_FILE)]
     common = ["--db", url, "--prefix", "bench", "-q"]
     saved = {k: os.environ.get(k) for k in env}
@@ -165,13 +203,15 @@ def run_tinyverse(env_id: str, seed: int, budget_s: float, players: int, config:
         argv = [*base, "play", "--seed", str(1000 * seed + i), *common]
         procs.append(subprocess.Popen(argv, env={**env, **worker}, stdout=logs[i + 1], stderr=subprocess.STDOUT))
     db = connect(url, "bench", retry_for=30)
-    tracker, next_eval, steps, version = Tracker(env_id, started), every, 0, None
+    tracker, next_eval, steps, version = Tracker(env_id, seed, procs, started), every, 0, None
 
     def policy(obs):
         return exp.act(obs, {}, greedy=True)[0]
 
     try:
-        while time.monotonic() - started < budget_s and steps < total:
+        while tracker.clock() < budget_s and steps < total:
+            if stop_solved and tracker.solved_s is not None:
+                break
             if any(p.poll() is not None for p in procs):
                 raise RuntimeError(f"a tinyverse process died; see the logs in {workdir}")
             time.sleep(0.2)
@@ -179,13 +219,12 @@ def run_tinyverse(env_id: str, seed: int, budget_s: float, players: int, config:
             if steps >= next_eval:
                 found = db.load_params()
                 if found is not None:
-                    at = time.monotonic()
                     version = found[0]
                     exp.set_params(found[1])
-                    tracker.add(steps, evaluate(policy, env_id, seed), at)
+                    tracker.evaluate(steps, policy)
                 next_eval = (steps // every + 1) * every
     finally:
-        wall = time.monotonic() - started
+        wall = tracker.clock()
         for p in procs:
             p.send_signal(signal.SIGTERM)  # warm shutdown: the trainer publishes its last params
         for p in procs:
@@ -199,7 +238,7 @@ def run_tinyverse(env_id: str, seed: int, budget_s: float, players: int, config:
     found = db.load_params()
     if found is not None and found[0] != version:
         exp.set_params(found[1])
-        tracker.add(steps, evaluate(policy, env_id, seed), time.monotonic())
+        tracker.evaluate(steps, policy)
     updates = int(found[1]["updates"]) if found is not None else 0
     db.close()
     shutil.rmtree(workdir)  # kept, with the logs, only when a process died
@@ -272,7 +311,14 @@ def main():
     p.add_argument("--players", default="1,2", help="tinyverse player counts to run, comma-separated")
     p.add_argument("--systems", default="sb3,tinyverse", help="comma-separated: sb3, tinyverse")
     p.add_argument("--ablate", action="store_true", help="tinyverse only, 1 player: each improvement off in turn")
+    p.add_argument("--steps", type=int, help="env steps of a run (default: RL-Zoo's n_timesteps)")
+    p.add_argument("--stop-solved", action="store_true", help="end each run at its first solving eval")
+    p.add_argument("--json", metavar="FILE", help="also append each run's row to FILE as a JSON line")
+    p.add_argument("--report", nargs="+", metavar="FILE", help="print tables of rows saved by --json")
     args = p.parse_args()
+    if args.report:
+        show([json.loads(line) for f in args.report for line in Path(f).read_text().splitlines() if line.strip()])
+        return
     rows = []
     for env_id in args.envs.split(","):
         assert env_id in ZOO, f"no preset for {env_id}: pick from {', '.join(ZOO)}"
@@ -286,9 +332,12 @@ def main():
             for system, players, config in runs:
                 print(f"# {env_id} seed {seed}: {system} players={players} config={config}", flush=True)
                 if system == "sb3":
-                    row = run_sb3(env_id, seed, args.budget_s)
+                    row = run_sb3(env_id, seed, args.budget_s, args.stop_solved, args.steps)
                 else:
-                    row = run_tinyverse(env_id, seed, args.budget_s, players, config)
+                    row = run_tinyverse(env_id, seed, args.budget_s, players, config, args.stop_solved, args.steps)
+                if args.json:
+                    with open(args.json, "a") as f:
+                        f.write(json.dumps(row) + "\n")
                 evals = " ".join(f"{s:,}:{v:.0f}" for _, s, v in row["evals"])
                 print(f"  evals (steps:score) {evals}", flush=True)
                 rows.append(row)
