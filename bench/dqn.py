@@ -311,6 +311,7 @@ def main():
     p.add_argument("--players", default="1,2", help="tinyverse player counts to run, comma-separated")
     p.add_argument("--systems", default="sb3,tinyverse", help="comma-separated: sb3, tinyverse")
     p.add_argument("--ablate", action="store_true", help="tinyverse only, 1 player: each improvement off in turn")
+    p.add_argument("--configs", default=",".join(ABLATIONS), help="with --ablate: which configs, comma-separated")
     p.add_argument("--steps", type=int, help="env steps of a run (default: RL-Zoo's n_timesteps)")
     p.add_argument("--stop-solved", action="store_true", help="end each run at its first solving eval")
     p.add_argument("--json", metavar="FILE", help="also append each run's row to FILE as a JSON line")
@@ -324,7 +325,7 @@ def main():
         assert env_id in ZOO, f"no preset for {env_id}: pick from {', '.join(ZOO)}"
         for seed in map(int, args.seeds.split(",")):
             if args.ablate:
-                runs = [("tinyverse", 1, config) for config in ABLATIONS]
+                runs = [("tinyverse", 1, config) for config in args.configs.split(",")]
             else:
                 runs = [("sb3", 1, "-")] if "sb3" in args.systems else []
                 if "tinyverse" in args.systems:
