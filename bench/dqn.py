@@ -317,6 +317,7 @@ def main():
     p.add_argument("--json", metavar="FILE", help="also append each run's row to FILE as a JSON line")
     p.add_argument("--report", nargs="+", metavar="FILE", help="print tables of rows saved by --json")
     args = p.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed bench stops its tinyverse processes too
     if args.report:
         show([json.loads(line) for f in args.report for line in Path(f).read_text().splitlines() if line.strip()])
         return

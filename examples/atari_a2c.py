@@ -223,11 +223,11 @@ class AtariA2C(tinyverse.Experiment):
         self.waiting_since = None
         lo = max(lo, hi - max(a.recent_sessions, batch_size) + 1)
         if hi - lo + 1 < batch_size:
-            return []
+            return {}
         ids = np.random.default_rng().choice(np.arange(lo, hi + 1), batch_size, replace=False)
-        sessions = list(db.get_sessions(ids.tolist()).values())
-        self.sampled += len(sessions)
-        return sessions
+        batch = db.get_batch(ids.tolist())
+        self.sampled += len(batch.get("id", ()))
+        return batch
 
     def train_step(self, batch):
         a, d = self.args, self.device

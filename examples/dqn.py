@@ -33,7 +33,7 @@ implements alike. The trainer keeps a sum tree over the ring of session ids (lea
 Before each batch, ``sample`` reads ``db.session_range()`` (one cheap call): ids newer than any it
 has seen enter with the maximum priority so far, ids below the range (evicted) drop to zero. It
 then draws a batch of ids from the tree, stratified, in O(log N) each, and fetches them with one
-``db.get_sessions(ids)``; ids evicted in between are zeroed and redrawn. ``train_step`` sets the
+``db.get_batch(ids)``; ids evicted in between are zeroed and the batch redrawn. ``train_step`` sets the
 priorities of the batch's ids (``batch["id"]``) from their TD errors, R2D2's mix for sequences
 p = (eta max|d| + (1 - eta) mean|d| + eps) ** alpha (https://openreview.net/forum?id=r1lyTjAqYX),
 and weighs each session's loss by its importance-sampling weight (N P)^-beta / max, with beta
@@ -391,24 +391,23 @@ class DQN(tinyverse.Experiment):
 
     def sample(self, db, batch_size):
         if not self.args.per:
-            return db.sample_sessions(batch_size)
+            return db.sample_batch(batch_size)
         lo, hi = db.session_range()
         if self.per is None:
             self.per = PrioritizedReplay(max(db.capacity() or self.buffer_size, hi - lo + 1, 1), self.args.per_alpha)
         self.per.sync(lo, hi)
-        picked: list[tuple[dict, float]] = []
-        for _ in range(10):  # ids evicted since session_range() are zeroed and redrawn
-            ids, probs = self.per.draw(batch_size - len(picked))
-            found = db.get_sessions(ids)
-            self.per.forget([i for i in ids if i not in found])
-            picked += [(found[i], p) for i, p in zip(ids, probs, strict=True) if i in found]
-            if len(picked) == batch_size:
+        for _ in range(10):  # ids evicted since session_range() are zeroed and the batch redrawn
+            ids, probs = self.per.draw(batch_size)
+            batch = db.get_batch(ids)
+            missing = set(ids.tolist()) - set(batch["id"].tolist() if batch else ())
+            if not missing:
                 break
-        if not picked:
-            return []
-        w = (len(self.per) * np.array([p for _, p in picked])) ** -self.beta()
-        w /= w.max()
-        return [{**s, "is_weight": np.float32(wi)} for (s, _), wi in zip(picked, w, strict=True)]
+            self.per.forget(sorted(missing))
+        if not batch:
+            return {}
+        prob = dict(zip(ids.tolist(), probs.tolist(), strict=True))
+        w = (len(self.per) * np.array([prob[i] for i in batch["id"].tolist()])) ** -self.beta()
+        return batch | {"is_weight": (w / w.max()).astype(np.float32)}
 
     def train_step(self, batch):
         a = self.args

@@ -261,12 +261,11 @@ def test_train_step_runs_on_uint8_sessions_and_changes_the_params(tmp_path, monk
     play(exp, db, batch_size=2, sessions=2, seed=0)
     batch = {k: np.stack([s[k] for s in db.get_sessions([1, 2, 3, 4]).values()]) for k in ("observations", "actions")}
     assert batch["observations"].dtype == np.uint8 and batch["observations"].shape[1:] == (26, 80, 80)
-    from tinyverse.trainer import collate
 
     before = exp.get_params()
     exp.prepare_training()
     assert exp.device.type == ("cuda" if torch.cuda.is_available() else "cpu")
-    metrics = exp.train_step(collate(exp.sample(db, 4)))
+    metrics = exp.train_step(exp.sample(db, 4))
     assert all(np.isfinite(v) for v in metrics.values()) and metrics["entropy"] > 1.0  # ~log 3 at first
     after = exp.get_params()
     assert any(not np.array_equal(before[k], after[k]) for k in before)

@@ -261,6 +261,29 @@ class TestSessionIds:
         lo, hi = db.session_range()
         assert hi < lo and db.get_sessions([5, 10]) == {}
 
+    def test_batches_stack_whole_sessions_with_their_ids(self, db):
+        assert db.sample_batch(4) == {} and db.get_batch([1, 2]) == {} and db.get_batch([]) == {}
+        db.add_sessions([make_session(i) for i in range(10)], capacity=6)  # ids 5..10 stay
+        batch = db.sample_batch(16)
+        assert set(batch) == {"observations", "actions", "terminated", "frames", "who", "id"}
+        assert batch["id"].dtype == np.int64 and batch["id"].shape == (16,)
+        assert set(batch["id"].tolist()) <= set(range(5, 11))
+        for j, i in enumerate(batch["id"].tolist()):
+            row = {k: v[j] for k, v in batch.items()}
+            assert check_session(row) == (0, i - 1)
+        batch = db.get_batch([10, 5, 4, 7, 7, 99])  # evicted, repeated and unknown ids
+        assert batch["id"].tolist() == [10, 5, 7, 7]
+        assert batch["who"][:, 1].tolist() == [9, 4, 6, 6]
+        assert db.sample_batch(0) == {}
+
+    def test_a_batch_leaves_out_sessions_of_another_shape(self, db, caplog):
+        db.add_sessions([tiny(i) for i in range(3)])
+        db.add_sessions([{"i": np.arange(2)}])  # the experiment changed
+        with caplog.at_level(logging.WARNING, logger="tinyverse"):
+            batch = db.get_batch([1, 4, 2, 3])
+        assert batch["id"].tolist() == [1, 2, 3] and batch["i"].tolist() == [0, 1, 2]
+        assert "dropped 1 sessions of another shape" in caplog.text and db.skipped == 0
+
     def test_sampled_ids_fetch_the_same_sessions(self, db):
         db.add_sessions([make_session(i) for i in range(20)])
         sampled = db.sample_sessions(8)
@@ -299,6 +322,12 @@ class TestForeignRecords:
         assert db.skipped > 0
         assert "skipped" in caplog.text and "corrupt or foreign record" in caplog.text
         assert not target.exists()
+
+        # batches skip them the same way
+        skipped = db.skipped
+        batch = db.sample_batch(300)
+        assert set(batch["i"].tolist()) <= {0, 1, 2, 3}
+        assert len(batch["id"]) + db.skipped - skipped == 300
 
         # fetching by id skips them the same way
         skipped = db.skipped

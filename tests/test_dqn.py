@@ -9,7 +9,7 @@ from conftest import ROOT, run_cli
 
 from tinyverse.database import connect
 from tinyverse.player import play
-from tinyverse.trainer import collate, train
+from tinyverse.trainer import train
 
 torch = pytest.importorskip("torch")
 DQN_FILE = ROOT / "examples" / "dqn.py"
@@ -132,18 +132,19 @@ def test_prioritized_replay_cycle(db):
     exp = dqn.DQN(db, dqn.Args(session_length=4, hidden=16, per_alpha=1.0, per_beta=1.0))
     db.add_sessions([fake_session(i) for i in range(1, 21)], capacity=10)  # ids 11..20 stay
     batch = exp.sample(db, 8)
-    assert len(batch) == 8 and {int(s["id"]) for s in batch} <= set(range(11, 21))
-    assert all(s["is_weight"] == 1.0 for s in batch)  # all new: max priority, uniform
-    assert all(s["observations"][0, 0] == s["id"] for s in batch)  # each id is its own session
+    assert len(batch["id"]) == 8 and set(batch["id"].tolist()) <= set(range(11, 21))
+    assert (batch["is_weight"] == 1.0).all()  # all new: max priority, uniform
+    assert (batch["observations"][:, 0, 0] == batch["id"]).all()  # each id is its own session
 
     exp.per.update(np.array([13]), np.array([100.0]))  # 100x the others' priority (alpha 1)
-    ids = [int(s["id"]) for _ in range(50) for s in exp.sample(db, 8)]
+    ids = [i for _ in range(50) for i in exp.sample(db, 8)["id"].tolist()]
     assert ids.count(13) / len(ids) > 0.85  # 100 / 109
-    weights = {int(s["id"]): float(s["is_weight"]) for s in exp.sample(db, 64)}
+    batch = exp.sample(db, 64)
+    weights = dict(zip(batch["id"].tolist(), batch["is_weight"].tolist(), strict=True))
     assert weights.get(13, 0) < min(weights[i] for i in weights if i != 13)  # IS weights undo the bias
 
     db.add_sessions([fake_session(i) for i in range(21, 26)])  # evicts 11..15, 13 included
-    ids = [int(s["id"]) for _ in range(50) for s in exp.sample(db, 8)]
+    ids = [i for _ in range(50) for i in exp.sample(db, 8)["id"].tolist()]
     assert set(ids) <= set(range(16, 26))
     assert set(range(21, 26)) <= set(ids)  # new ids enter at the max priority: drawn a lot
     assert min(ids.count(i) for i in range(21, 26)) > max(ids.count(i) for i in range(16, 21))
@@ -151,7 +152,7 @@ def test_prioritized_replay_cycle(db):
     # train_step sets the batch's priorities from its TD errors
     exp.prepare_training()
     before = exp.per.tree.get(np.arange(16, 26) % exp.per.tree.capacity).copy()
-    batch = collate(exp.sample(db, 4))
+    batch = exp.sample(db, 4)
     exp.train_step(batch)
     after = exp.per.tree.get(np.arange(16, 26) % exp.per.tree.capacity)
     changed = {i for i, b, a in zip(range(16, 26), before, after, strict=True) if b != a}
@@ -162,7 +163,7 @@ def test_prioritized_replay_cycle(db):
     db.add_sessions([fake_session(i) for i in range(26, 34)])  # evicts 16..23
     exp.per.sync = lambda lo, hi: None  # the trainer's view is stale: it still holds 16..25
     batch = exp.sample(db, 8)
-    assert len(batch) == 8 and all(int(s["id"]) >= 24 for s in batch)
+    assert len(batch["id"]) == 8 and (batch["id"] >= 24).all()
 
 
 def test_replay_follows_a_cleared_and_growing_ring():

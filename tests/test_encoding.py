@@ -10,7 +10,7 @@ import zlib
 import numpy as np
 import pytest
 
-from tinyverse.encoding import COMPRESS_MIN_BYTES, MAGIC, decode, encode
+from tinyverse.encoding import COMPRESS_MIN_BYTES, MAGIC, decode, decode_batch, encode
 from tinyverse.errors import RecordError
 
 NUMERIC = [
@@ -305,3 +305,52 @@ def test_impossible_zeros_and_raw_headers_are_refused(entry):
     blob = b"TVR1" + struct.pack("<I", len(head)) + head + b"\0" * entry[4]
     with pytest.raises(RecordError):
         decode(blob)
+
+
+def test_decode_batch_stacks_exactly_what_decode_returns():
+    rng = np.random.default_rng(7)
+    records = []
+    for i in range(12):
+        final = np.zeros((5, 84, 84), np.uint8)  # zeros codec, or compressed when an episode ended
+        if i % 3 == 0:
+            final[2] = 40
+        records.append(
+            {
+                "obs": rng.normal(size=(6, 3)).astype(np.float32),
+                "final": final,
+                "noise": rng.integers(0, 256, (4096,), dtype=np.uint8),  # incompressible: raw
+                "done": rng.random(5) < 0.5,
+                "version": np.int64(i),
+            }
+        )
+    blobs = [encode(r) for r in records]
+    assert len({header_of(b).__repr__() for b in blobs}) == 2  # two headers, one layout
+    batch, kept, errors = decode_batch(blobs)
+    assert kept == list(range(12)) and errors == []
+    for name in records[0]:
+        want = np.stack([decode(b)[name] for b in blobs])
+        assert batch[name].dtype == want.dtype and batch[name].shape == want.shape
+        np.testing.assert_array_equal(batch[name], want, err_msg=name)
+        assert batch[name].flags.writeable and batch[name].flags.c_contiguous
+
+
+def test_decode_batch_leaves_out_corrupt_and_other_shaped_records():
+    good = [encode({"x": np.full(4, i, np.int32), "f": np.full(4096, i, np.uint8)}) for i in range(6)]
+    bad_zlib = bytearray(good[4])
+    bad_zlib[-3] ^= 0xFF  # the compressed frame no longer inflates to its shape
+    blobs = [
+        good[0],
+        b"junk",
+        good[1][:-1],
+        encode({"x": np.zeros(5, np.int32), "f": np.full(4096, 9, np.uint8)}),  # another shape
+        good[2],
+        bytes(bad_zlib),
+        good[3],
+        12345,
+    ]
+    batch, kept, errors = decode_batch(blobs)
+    assert kept == [0, 4, 6]
+    assert [i for i, _ in errors] == [1, 2, 7, 5]
+    assert all("corrupt or foreign record" in why for _, why in errors)
+    assert batch["x"][:, 0].tolist() == [0, 2, 3] and batch["f"][:, 0].tolist() == [0, 2, 3]
+    assert decode_batch([]) == ({}, [], []) and decode_batch([b"junk"])[0] == {}

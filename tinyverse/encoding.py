@@ -9,6 +9,8 @@ session where no episode ended); ``zlib`` for uint8 arrays of 4 KiB or more
 
 Sessions of one experiment share one header, so a parsed and validated header
 is cached by its bytes, and raw arrays are views into the record (no copies).
+:func:`decode_batch` stacks many records at once: records with the same header
+lie at the same offsets, so each array of a batch is one NumPy copy.
 """
 
 import json
@@ -75,29 +77,96 @@ def _parse(head: bytes) -> list:
     return spec
 
 
+def _split(data: bytes) -> tuple[bytes, list]:
+    """The header bytes and validated spec of a record whose length matches its header."""
+    if data[:4] != MAGIC:
+        raise ValueError("not a tinyverse record")
+    (n,) = _LEN.unpack_from(data, 4)
+    head = bytes(memoryview(data)[8 : 8 + n])
+    if len(head) != n:
+        raise ValueError("truncated record")
+    spec = _parse(head)
+    end = 8 + n + sum(s[4] for s in spec)
+    if end != len(data):
+        raise ValueError("truncated record" if end > len(data) else "trailing bytes")
+    return head, spec
+
+
+def _inflate(raw, nbytes: int) -> bytes:
+    """zlib data of exactly ``nbytes``: never inflate more, so a tiny record cannot fill memory."""
+    z = zlib.decompressobj()
+    out = z.decompress(raw, max(nbytes, 1))  # 0 would mean no limit
+    if len(out) != nbytes or not z.eof or z.unconsumed_tail:
+        raise ValueError("compressed data does not fit the shape")
+    return out
+
+
+_ERRORS = (ValueError, TypeError, KeyError, struct.error, zlib.error, RecursionError, OverflowError)
+
+
 def decode(data: bytes) -> dict[str, np.ndarray]:
     """Decode bytes made by :func:`encode`; raise RecordError on anything else."""
     try:
-        if data[:4] != MAGIC:
-            raise ValueError("not a tinyverse record")
-        (n,) = _LEN.unpack_from(data, 4)
-        view, pos, out = memoryview(data), 8 + n, {}
-        for name, dt, shape, codec, size, nbytes in _parse(bytes(view[8:pos])):
+        head, spec = _split(data)
+        view, pos, out = memoryview(data), 8 + len(head), {}
+        for name, dt, shape, codec, size, nbytes in spec:
             raw = view[pos : pos + size]
-            if len(raw) != size:
-                raise ValueError("truncated record")
             pos += size
             if codec == "zeros":
                 out[name] = np.zeros(shape, dt)
                 continue
-            if codec == "zlib":  # inflate no more than the shape holds: a tiny record must not fill memory
-                z = zlib.decompressobj()
-                raw = z.decompress(raw, max(nbytes, 1))  # 0 would mean no limit
-                if len(raw) != nbytes or not z.eof or z.unconsumed_tail:
-                    raise ValueError("compressed data does not fit the shape")
+            if codec == "zlib":
+                raw = _inflate(raw, nbytes)
             out[name] = np.frombuffer(raw, dtype=dt).reshape(shape)
-        if pos != len(data):
-            raise ValueError("trailing bytes")
         return out
-    except (ValueError, TypeError, KeyError, struct.error, zlib.error, RecursionError, OverflowError) as e:
+    except _ERRORS as e:
         raise RecordError(f"corrupt or foreign record ({e})") from None
+
+
+def decode_batch(blobs: list[bytes]) -> tuple[dict[str, np.ndarray], list[int], list[tuple[int, str]]]:
+    """Decode records into stacked arrays: ``({name: (k, *shape)}, kept, errors)``.
+
+    ``kept`` lists the indices of the k records in the batch, in order; ``errors`` the
+    ``(index, reason)`` of corrupt or foreign ones. Records whose names, dtypes or shapes
+    differ from the first good one's are left out of both (an experiment changed).
+    """
+    first, groups, errors = None, {}, []
+    for i, data in enumerate(blobs):
+        try:
+            head, spec = _split(data)
+        except _ERRORS as e:
+            errors.append((i, f"corrupt or foreign record ({e})"))
+            continue
+        layout = [s[:3] for s in spec]
+        if first is None:
+            first = layout
+        if layout == first:
+            groups.setdefault(head, (spec, []))[1].append(i)
+    if first is None:
+        return {}, [], errors
+    kept = sorted(i for _, idx in groups.values() for i in idx)
+    row = {i: r for r, i in enumerate(kept)}
+    out = {name: np.zeros((len(kept), *shape), dt) for name, dt, shape in first}
+    bad: set[int] = set()
+    for head, (spec, idx) in groups.items():
+        rows = slice(None) if len(groups) == 1 else [row[i] for i in idx]
+        joined, pos = None, 8 + len(head)
+        for name, dt, shape, codec, size, nbytes in spec:
+            if codec == "raw" and size:
+                if joined is None:  # one buffer, one record a row: each array is a column band
+                    joined = np.frombuffer(b"".join(blobs[i] for i in idx), np.uint8).reshape(len(idx), -1)
+                out[name][rows] = joined[:, pos : pos + size].view(dt).reshape(len(idx), *shape)
+            elif codec == "zlib":
+                for i in idx:
+                    try:
+                        raw = _inflate(memoryview(blobs[i])[pos : pos + size], nbytes)
+                        out[name][row[i]] = np.frombuffer(raw, dtype=dt).reshape(shape)
+                    except _ERRORS as e:
+                        bad.add(i)
+                        errors.append((i, f"corrupt or foreign record ({e})"))
+            pos += size
+    if bad:
+        keep = [r for r, i in enumerate(kept) if i not in bad]
+        out = {k: v[keep] for k, v in out.items()}
+        kept = [i for i in kept if i not in bad]
+    return out, kept, errors

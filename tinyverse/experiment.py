@@ -80,13 +80,14 @@ class Experiment:
     def prepare_training(self) -> None:
         """Trainer-only setup (optimizers, compiled functions); players skip it."""
 
-    def sample(self, db, batch_size: int) -> list[Arrays]:
-        """Sessions for the next batch (called in the trainer's prefetch thread).
+    def sample(self, db, batch_size: int) -> Arrays | list[Arrays]:
+        """The next batch, stacked, or a list of sessions to stack (in the prefetch thread).
 
         Uniform replay by default; override for prioritized replay, using
-        ``db.session_range()`` and ``db.get_sessions(ids)``.
+        ``db.session_range()`` and ``db.get_batch(ids)``. Fewer than ``batch_size``
+        sessions (or none) means "not yet": the trainer asks again shortly.
         """
-        return db.sample_sessions(batch_size)
+        return db.sample_batch(batch_size)
 
     def train_step(self, batch: Arrays) -> dict[str, float]:
         """One update on a batch of sessions; return scalar metrics such as the loss."""

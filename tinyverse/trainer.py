@@ -45,8 +45,9 @@ class Prefetcher:
             self.thread.start()
 
     def _fetch(self) -> dict[str, np.ndarray] | None:
-        sessions = self.exp.sample(self.db, self.batch_size)
-        return collate(sessions) if len(sessions) >= self.batch_size else None
+        got = self.exp.sample(self.db, self.batch_size)
+        batch = collate(got) if isinstance(got, list) and got else got  # sessions, or a batch
+        return batch if batch and len(next(iter(batch.values()))) >= self.batch_size else None
 
     def _run(self):
         try:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..encoding import decode, encode
+from ..encoding import decode, decode_batch, encode
 from ..errors import DatabaseError, RecordError
 
 log = logging.getLogger(__name__)
@@ -86,6 +86,31 @@ class Database(ABC):
         if not len(ids):
             return {}
         return dict(self._decode(self._call(self._get, sorted({int(i) for i in ids})).items()))
+
+    def sample_batch(self, n: int) -> Arrays:
+        """``n`` sessions drawn uniformly, stacked into ``{name: (k, ...)}`` arrays with ``id``.
+
+        k is n unless records were skipped (corrupt, or of another shape); ``{}`` when none are
+        stored. Faster than stacking ``sample_sessions``: one NumPy copy per array.
+        """
+        return self._batch(self._call(self._sample, n)) if n >= 1 else {}
+
+    def get_batch(self, ids: list[int]) -> Arrays:
+        """The stored ones of ``ids``, in order (repeats kept), stacked as by ``sample_batch``."""
+        found = self._call(self._get, sorted({int(i) for i in ids})) if len(ids) else {}
+        return self._batch([(int(i), found[int(i)]) for i in ids if int(i) in found])
+
+    def _batch(self, rows: list[tuple[int, bytes]]) -> Arrays:
+        batch, kept, errors = decode_batch([blob for _, blob in rows])
+        for j, why in errors:
+            self.skipped += 1
+            log.warning("skipped a session (id %d) in %s: %s", rows[j][0], self.prefix, why)
+        if len(kept) + len(errors) < len(rows):
+            other = len(rows) - len(kept) - len(errors)
+            log.warning("dropped %d sessions of another shape: clear old sessions with --del-sessions", other)
+        if batch:
+            batch["id"] = np.array([rows[j][0] for j in kept], np.int64)
+        return batch
 
     def session_range(self) -> tuple[int, int]:
         """(oldest, newest) stored id; newest < oldest when none are stored."""
