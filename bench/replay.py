@@ -8,13 +8,18 @@ and then timed through the public API, encoding and decoding included:
 
 - add: ``add_sessions`` of ``--add-batch`` sessions a call (a player with -b 8), ring full, so each
   append also evicts;
-- sample: ``sample_sessions(--sample-batch)`` (uniform replay);
-- get: ``session_range()`` + ``get_sessions(ids)`` of random ids (the path of prioritized replay).
+- sample: ``sample_batch(--sample-batch)``, the trainer's default: sessions drawn uniformly and
+  decoded into stacked arrays, ready to train on;
+- list: ``sample_sessions(--sample-batch)``, the same sessions as a list of dicts (not stacked);
+- get: ``session_range()`` + ``get_batch(ids)`` of random ids (the path of prioritized replay).
 
 Next to them, raw redis-py on the same server with values of the same byte size: pipelined SET of
 ``--add-batch`` values per round trip, and MGET of ``--sample-batch`` random keys; the ratio is
-tinyverse / raw. Also printed: bytes stored per transition (Redis MEMORY USAGE of the ring, SQLite
-file size) and what zlib compression buys Atari frames (size, encode and decode time vs raw).
+tinyverse / raw. Raw bytes are not arrays yet: the ratio charges tinyverse for decoding (and, for
+Atari frames, for inflating them) but not raw Redis. For Atari a second raw row stores the frames
+uncompressed (values the size of the arrays), what storing them without a codec would cost.
+Also printed: bytes stored per transition (Redis MEMORY USAGE of the ring, SQLite file size) and
+what zlib compression buys Atari frames (size, encode and decode time vs raw).
 
 Payloads: a CartPole session is what a player of examples/dqn.py records (16 ticks of 4 float32);
 an Atari session is 25 ticks of 84x84 uint8 frames, one frame per tick (real Pong frames when
@@ -195,10 +200,11 @@ def bench(backend, url, payload, sessions, sizes, raw, args, r) -> list[list[str
 
             def get():
                 lo, hi = db.session_range()
-                db.get_sessions(rng.integers(lo, hi + 1, args.sample_batch).tolist())
+                db.get_batch(rng.integers(lo, hi + 1, args.sample_batch).tolist())
 
             add_s = timed(add, args.seconds) * args.add_batch
-            sample_s = timed(lambda: db.sample_sessions(args.sample_batch), args.seconds) * args.sample_batch
+            sample_s = timed(lambda: db.sample_batch(args.sample_batch), args.seconds) * args.sample_batch
+            list_s = timed(lambda: db.sample_sessions(args.sample_batch), args.seconds) * args.sample_batch
             get_s = timed(get, args.seconds) * args.sample_batch
             mb = size_b / 2**20
             rows.append(
@@ -210,6 +216,7 @@ def bench(backend, url, payload, sessions, sizes, raw, args, r) -> list[list[str
                     f"{add_s * mb:,.1f}",
                     f"{sample_s:,.0f}",
                     f"{sample_s * mb:,.1f}",
+                    f"{list_s:,.0f}",
                     f"{get_s:,.0f}",
                     f"{add_s / raw_add:.2f}",
                     f"{sample_s / raw_get:.2f}",
@@ -238,6 +245,7 @@ def table(rows: list[list[str]]) -> str:
         "add MB/s",
         "sample/s",
         "sample MB/s",
+        "list/s",
         "get/s",
         "add vs raw",
         "sample vs raw",
@@ -286,7 +294,18 @@ def main():
             mb = size / 2**20
             print(f"{payload}: {size:,} B a session encoded; raw redis-py: SET {raw_add:,.0f}/s, MGET {raw_get:,.0f}/s")
             raw_row = ["raw redis", payload, "1,000", f"{raw_add:,.0f}", f"{raw_add * mb:,.1f}", f"{raw_get:,.0f}"]
-            rows.append(raw_row + [f"{raw_get * mb:,.1f}", "", "1.00", "1.00", "", ""])
+            rows.append(raw_row + [f"{raw_get * mb:,.1f}", "", "", "1.00", "1.00", "", ""])
+            if payload == "atari":  # the same arrays stored without a codec
+                plain = b"x" * sum(a.nbytes for a in sessions[0].values())
+                unzipped = Raw(r, f"{raw_prefix}-{payload}-plain", plain, n=200)
+                plain_add = timed(lambda: unzipped.add(args.add_batch), args.seconds) * args.add_batch  # noqa: B023
+                plain_get = timed(lambda: unzipped.get(args.sample_batch, rng), args.seconds) * args.sample_batch  # noqa: B023
+                pmb = len(plain) / 2**20
+                print(f"  uncompressed ({len(plain):,} B): SET {plain_add:,.0f}/s, MGET {plain_get:,.0f}/s")
+                rows.append(
+                    ["raw uncompressed", payload, "200", f"{plain_add:,.0f}", f"{plain_add * pmb:,.1f}"]
+                    + [f"{plain_get:,.0f}", f"{plain_get * pmb:,.1f}", "", "", "", "", "", ""]
+                )
             for backend in args.backends.split(","):
                 if backend == "sqlite":
                     url, client = f"sqlite:///{workdir / f'{payload}.db'}", None
@@ -303,8 +322,9 @@ def main():
     print()
     print(table(rows))
     print(
-        "\nadd/s, sample/s, get/s: sessions per second (get = session_range + get_sessions, prioritized replay's"
-        " path); MB/s of encoded sessions; vs raw = tinyverse / raw redis-py with values of the same size"
+        "\nadd/s, sample/s, list/s, get/s: sessions per second (sample = sample_batch, stacked; list ="
+        " sample_sessions; get = session_range + get_batch, prioritized replay's path); MB/s of encoded"
+        " sessions; vs raw = tinyverse / raw redis-py with values of the same size"
         f" (pipelined SET x{args.add_batch}, MGET x{args.sample_batch}); B/transition: stored bytes / (sessions x"
         " ticks)"
     )
