@@ -291,6 +291,13 @@ def show(rows: list[dict]) -> None:
     # time to solve against SB3, per env and tinyverse setting (median over seeds that solved)
     for env_id in dict.fromkeys(r["env"] for r in rows):
         sb3 = [r["solved_s"] for r in rows if r["env"] == env_id and r["system"] == "sb3" and r["solved_s"]]
+        sb3_steps = [r["solved_steps"] for r in rows if r["env"] == env_id and r["system"] == "sb3" and r["solved_s"]]
+        if sb3:
+            n = len([r for r in rows if r["env"] == env_id and r["system"] == "sb3"])
+            print(
+                f"{env_id} SB3: solved {len(sb3)}/{n} seeds, median {statistics.median(sb3):.0f} s / "
+                f"{statistics.median(sb3_steps):,.0f} steps"
+            )
         for key in dict.fromkeys((r["players"], r["config"]) for r in rows if r["system"] == "tinyverse"):
             mine = [r for r in rows if r["env"] == env_id and r["system"] == "tinyverse"]
             mine = [r for r in mine if (r["players"], r["config"]) == key]
@@ -298,8 +305,11 @@ def show(rows: list[dict]) -> None:
             if not mine:
                 continue
             line = f"{env_id} tinyverse {key[0]} player(s), {key[1]}: solved {len(solved)}/{len(mine)} seeds"
+            if solved:
+                steps = statistics.median(r["solved_steps"] for r in mine if r["solved_s"])
+                line += f", median {statistics.median(solved):.0f} s / {steps:,.0f} steps"
             if solved and sb3:
-                line += f", median time to solve / SB3's = {statistics.median(solved) / statistics.median(sb3):.2f}"
+                line += f", time to solve / SB3's = {statistics.median(solved) / statistics.median(sb3):.2f}"
             print(line)
 
 
