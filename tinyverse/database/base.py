@@ -77,15 +77,11 @@ class Database(ABC):
 
     def sample_sessions(self, n: int) -> list[Arrays]:
         """``n`` sessions drawn uniformly (with replacement), each with its ``id``."""
-        if n < 1:  # HMGET of no fields is an error in Redis
-            return []
         return [s for _, s in self._decode(self._call(self._sample, n))]
 
     def get_sessions(self, ids: list[int]) -> dict[int, Arrays]:
         """``{id: session}`` for those of ``ids`` still stored (for prioritized replay)."""
-        if not len(ids):
-            return {}
-        return dict(self._decode(self._call(self._get, sorted({int(i) for i in ids})).items()))
+        return dict(self._decode(self._call(self._rows, set(ids))))
 
     def sample_batch(self, n: int) -> Arrays:
         """``n`` sessions drawn uniformly, stacked into ``{name: (k, ...)}`` arrays with ``id``.
@@ -93,12 +89,28 @@ class Database(ABC):
         k is n unless records were skipped (corrupt, or of another shape); ``{}`` when none are
         stored. Faster than stacking ``sample_sessions``: one NumPy copy per array.
         """
-        return self._batch(self._call(self._sample, n)) if n >= 1 else {}
+        return self._batch(self._call(self._sample, n))
 
     def get_batch(self, ids: list[int]) -> Arrays:
         """The stored ones of ``ids``, in order (repeats kept), stacked as by ``sample_batch``."""
-        found = self._call(self._get, sorted({int(i) for i in ids})) if len(ids) else {}
-        return self._batch([(int(i), found[int(i)]) for i in ids if int(i) in found])
+        return self._batch(self._call(self._rows, ids))
+
+    def _rows(self, ids) -> list[tuple[int, bytes]]:
+        """``(id, record)`` of the stored ones of ``ids``, in order, repeats kept: one fetch."""
+        ids = [int(i) for i in ids]
+        found = self._get(sorted(set(ids))) if ids else {}  # HMGET of no fields is an error in Redis
+        return [(i, found[i]) for i in ids if i in found]
+
+    def _sample(self, n: int) -> list[tuple[int, bytes]]:
+        out: list[tuple[int, bytes]] = []
+        for _ in range(10):  # ids evicted between reading the range and the rows are redrawn
+            lo, hi = self._range()
+            if hi < lo or n < 1:
+                break
+            out += self._rows([random.randint(lo, hi) for _ in range(n - len(out))])
+            if len(out) == n:
+                break
+        return out
 
     def _batch(self, rows: list[tuple[int, bytes]]) -> Arrays:
         batch, kept, errors = decode_batch([blob for _, blob in rows])
@@ -112,10 +124,6 @@ class Database(ABC):
             batch["id"] = np.array([rows[j][0] for j in kept], np.int64)
         return batch
 
-    def session_range(self) -> tuple[int, int]:
-        """(oldest, newest) stored id; newest < oldest when none are stored."""
-        return self._call(self._range)
-
     def _decode(self, rows) -> list[tuple[int, Arrays]]:
         out = []
         for i, blob in rows:
@@ -126,18 +134,9 @@ class Database(ABC):
                 log.warning("skipped a session (id %d) in %s: %s", i, self.prefix, e)
         return out
 
-    def _sample(self, n: int) -> list[tuple[int, bytes]]:
-        out: list[tuple[int, bytes]] = []
-        for _ in range(10):  # ids evicted between reading the range and the rows are redrawn
-            lo, hi = self._range()
-            if hi < lo:
-                break
-            ids = self._draw(lo, hi, n - len(out))
-            found = self._get(sorted(set(ids)))
-            out += [(i, found[i]) for i in ids if i in found]
-            if len(out) == n:
-                break
-        return out
+    def session_range(self) -> tuple[int, int]:
+        """(oldest, newest) stored id; newest < oldest when none are stored."""
+        return self._call(self._range)
 
     def count_sessions(self) -> tuple[int, int]:
         """(stored now, ever added)."""
@@ -214,10 +213,6 @@ class Database(ABC):
 
     def close(self) -> None:  # noqa: B027 - backends without connections need nothing
         """Release connections."""
-
-    @staticmethod
-    def _draw(lo: int, hi: int, n: int) -> list[int]:
-        return [random.randint(lo, hi) for _ in range(n)]
 
     # -- what a backend implements ----------------------------------------------
     @abstractmethod
