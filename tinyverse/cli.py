@@ -17,7 +17,7 @@ from urllib.parse import quote
 import redis
 
 from . import __version__
-from .database import DEFAULT_URL, connect
+from .database import DEFAULT_URL, connect, masked
 from .errors import TinyverseError
 from .evaluation import evaluate
 from .experiment import load_experiment
@@ -25,7 +25,7 @@ from .launcher import run_fleet
 from .monitor import info_text, plot
 from .player import play
 from .trainer import train
-from .workers import stop_worker
+from .workers import HEARTBEAT_EVERY, stop_worker
 
 log = logging.getLogger("tinyverse")
 
@@ -34,8 +34,7 @@ def mode_play(args):
     """Play B environments and record sessions into the database (runs until stopped)."""
     db = _db(args)
     exp = _exp(args, db)
-    b = args.batch_size or exp.play_batch_size
-    play(exp, db, b, args.sessions, args.sync_every, args.buffer_size, args.seed)
+    play(exp, db, args.batch_size or exp.play_batch_size, args.rounds, args.sync_every, args.buffer_size, args.seed)
 
 
 def mode_train(args):
@@ -43,66 +42,63 @@ def mode_train(args):
     db = _db(args)
     exp = _exp(args, db)
     b = args.batch_size or exp.train_batch_size
-    train(exp, db, b, args.steps, args.save_every, args.buffer_size, logdir=args.logdir)
+    train(exp, db, b, args.updates, args.save_every, args.buffer_size, logdir=args.logdir)
 
 
 def mode_run(args):
     """Start players and trainers on this machine, supervise them, stop them, then eval."""
     db = _db(args)
-    exp = _exp(args, db)
-    common = ["--db", db.url, "--prefix", db.prefix, "-q"]
+    exp = _exp(args, db)  # stores the run's options: the children adopt them
+    os.environ["TINYVERSE_DB"] = _url(args)  # children read it there: a password stays out of `ps`
+    common = ["--prefix", db.prefix, "-q"] + (["--buffer-size", str(args.buffer_size)] if args.buffer_size else [])
     play_args = ["-b", str(args.batch_size or exp.play_batch_size), *common]
     train_args = ["-b", str(args.train_batch or exp.train_batch_size), *common]
-    if args.buffer_size:
-        play_args += ["--buffer-size", str(args.buffer_size)]
-        train_args += ["--buffer-size", str(args.buffer_size)]
     base = [sys.executable, "-m", "tinyverse", args.experiment]
-    reason = run_fleet(
-        exp,
-        db,
-        base,
-        args.players,
-        args.trainers,
-        play_args,
-        train_args,
-        args.steps,
-        args.target_return,
-        max_crashes=args.max_crashes,
-    )
-    print(f"run stopped: {reason}")
+    fleet = (args.players, args.trainers, play_args, train_args, args.steps, args.target_return, args.max_crashes)
+    print(f"run stopped: {run_fleet(exp, db, base, *fleet)}")
     if args.eval_episodes:
         evaluate(exp, db, args.eval_episodes, None)
 
 
 def mode_eval(args):
     """Play N full episodes with the latest params and print each return and mean ± std."""
-    db = _db(args, retry_for=30)
+    db = _db(args, retry_for=30, create=False)
     evaluate(_exp(args, db), db, args.episodes, None if args.no_record else args.record, args.seed)
 
 
 def mode_clear(args):
-    """Kill local workers and/or delete sessions, params and metrics (--all: everything)."""
+    """Stop workers and/or delete sessions, params and metrics (--all: everything)."""
     picked = [args.del_sessions, args.del_weights, args.del_metrics, args.kill_players, args.kill_trainers]
     if not (args.all or any(picked)):
         raise TinyverseError(
             "say what to clear: --all, --del-sessions, --del-weights, --del-metrics, --kill-players or --kill-trainers"
         )
-    for db in _namespaces(args):
+    dbs = _namespaces(args)
+    if not dbs:
+        print(f"nothing to clear: no experiments in {masked(_url(args))}")
+    for db in dbs:
         roles = {r for r, on in (("player", args.kill_players), ("trainer", args.kill_trainers)) if on or args.all}
-        for w in db.workers():
-            if w.get("role") in roles:
-                print(f"{db.prefix}: {stop_worker(db, w)}")
+        asked = [w["id"] for w in db.workers() if w.get("role") in roles and "asked" in _say(db, stop_worker(db, w))]
+        deadline = time.monotonic() + 3 * HEARTBEAT_EVERY  # remote workers stop at their next heartbeat:
+        while asked and time.monotonic() < deadline:  # let them go before their data does
+            time.sleep(0.2)
+            asked = [i for i in asked if i in {w["id"] for w in db.workers()}]
         what = dict(sessions=args.del_sessions, params=args.del_weights, metrics=args.del_metrics)
         what = {k: v or args.all for k, v in what.items()}
         db.clear(**what, workers=args.all)
         print(f"{db.prefix}: cleared {', '.join(k for k, v in what.items() if v) or 'no data'}")
 
 
+def _say(db, line: str) -> str:
+    print(f"{db.prefix}: {line}")
+    return line
+
+
 def mode_info(args):
-    """Dashboard: sessions, params and their age, live workers with their lag, returns, trainer metrics."""
+    """Dashboard: sessions, params and their age, the pace, live workers with their lag, returns, training."""
     while True:
         dbs = _namespaces(args)
-        text = "\n".join(info_text(db, args.last) for db in dbs) or f"no experiments in {args.db or DEFAULT_URL}"
+        text = "\n".join(info_text(db, args.last) for db in dbs) or f"no experiments in {masked(_url(args))}"
         if not args.watch:
             print(text)
             return
@@ -112,36 +108,33 @@ def mode_info(args):
 
 def mode_plot(args):
     """Draw learning curves (return vs env steps and wall time, trainer loss) into a PNG."""
-    plot(_db(args, retry_for=5), args.output)
+    plot(_db(args, retry_for=5, create=False), args.output)
     print(f"wrote {args.output}")
 
 
-MODES = {
-    "play": mode_play,
-    "train": mode_train,
-    "run": mode_run,
-    "eval": mode_eval,
-    "clear": mode_clear,
-    "info": mode_info,
-    "plot": mode_plot,
-}
+MODES = {"play": mode_play, "train": mode_train, "run": mode_run, "eval": mode_eval}
+MODES |= {"clear": mode_clear, "info": mode_info, "plot": mode_plot}
 NEEDS_EXPERIMENT = {"play", "train", "run", "eval"}
 
 
-def _db(args, retry_for=None):
-    return connect(args.db, args.prefix, retry_for=retry_for)
+def _url(args) -> str:
+    return args.db or os.environ.get("TINYVERSE_DB") or DEFAULT_URL
+
+
+def _db(args, retry_for=None, create=True):
+    return connect(_url(args), args.prefix, retry_for=retry_for, create=create)
 
 
 def _exp(args, db):
-    return load_experiment(args.experiment, db)
+    return load_experiment(args.experiment, db, dict(args.options))
 
 
 def _namespaces(args):
     """The experiment's namespace, or every namespace when no experiment or prefix is named."""
-    db = _db(args, retry_for=5)
+    db = _db(args, retry_for=5, create=False)
     if args.experiment or args.prefix_given:
         return [db]
-    found = [connect(args.db, p, retry_for=5) for p in db.namespaces()]
+    found = [connect(_url(args), p, retry_for=5) for p in db.namespaces()]
     return [d for d in found if d.count_sessions()[1] or d.params_version() is not None or d.workers()]
 
 
@@ -152,6 +145,27 @@ class _Parser(argparse.ArgumentParser):
         raise TinyverseError(f"{message} (see python -m tinyverse --help)")
 
 
+def _count(least: int):
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            n = least - 1
+        if n < least:
+            raise argparse.ArgumentTypeError(f"want a whole number of at least {least}, got {text!r}")
+        return n
+
+    parse.__name__ = "count"
+    return parse
+
+
+def _option(text: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"want NAME=VALUE, got {text!r}")
+    name, value = text.split("=", 1)
+    return name.strip(), value
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     g = common.add_argument_group("database")
@@ -160,9 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--port", type=int, help="Redis port (default 6379)")
     g.add_argument("--password", help="Redis password")
     g.add_argument("--prefix", "--key-prefix", help="namespace in the database (default: the experiment's name)")
-    g.add_argument("--device", help="sets $TINYVERSE_DEVICE for the experiment (auto, cpu, cuda, cuda:1, ...)")
+    g = common.add_argument_group("output")
     g.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     g.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    experiment = argparse.ArgumentParser(add_help=False)
+    g = experiment.add_argument_group("experiment")
+    g.add_argument("--set", dest="options", metavar="NAME=VALUE", type=_option, action="append", default=[],
+                   help="an option of the experiment; the first worker stores them, later ones adopt them")  # fmt: skip
+    g.add_argument("--device", help="sets $TINYVERSE_DEVICE for the experiment (auto, cpu, cuda, cuda:1, ...)")
 
     parser = _Parser(
         prog="python -m tinyverse",
@@ -174,41 +193,43 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="mode", metavar="MODE", required=True)
     p = {}
     for name, fn in MODES.items():
-        doc = fn.__doc__.strip()
-        exp = "EXPERIMENT.py" if name in NEEDS_EXPERIMENT else "[EXPERIMENT.py]"
-        prog = f"python -m tinyverse {exp} {name}"
-        p[name] = sub.add_parser(name, parents=[common], help=doc, description=doc, prog=prog)
-    p["play"].add_argument("-b", "--batch-size", type=int, help="environments played at once (default: experiment's)")
-    p["play"].add_argument("-n", "--sessions", type=int, help="rounds of sessions to record, then exit")
-    p["play"].add_argument("-s", "--sync-every", type=int, default=1, help="check for new params every S rounds")
+        doc, needs = fn.__doc__.strip(), name in NEEDS_EXPERIMENT
+        prog = f"python -m tinyverse {'EXPERIMENT.py' if needs else '[EXPERIMENT.py]'} {name}"
+        parents = [common, experiment] if needs else [common]
+        p[name] = sub.add_parser(name, parents=parents, help=doc, description=doc, prog=prog)
+    one, zero = _count(1), _count(0)
+    p["play"].add_argument("-b", "--batch-size", type=one, help="environments played at once (default: experiment's)")
+    p["play"].add_argument("-n", "--rounds", type=one, help="rounds (one session per environment each), then exit")
+    p["play"].add_argument("-s", "--sync-every", type=one, default=1, help="check for new params every S rounds")
     p["play"].add_argument("--seed", type=int, help="seed of the environments")
-    p["train"].add_argument("-b", "--batch-size", type=int, help="sessions per minibatch (default: experiment's)")
-    p["train"].add_argument("-n", "--steps", type=int, help="updates to run, then exit")
-    p["train"].add_argument("-s", "--save-every", type=int, default=100, help="publish params every S updates")
-    p["run"].add_argument("--players", type=int, default=1, help="player processes (default 1)")
-    p["run"].add_argument("-b", "--batch-size", type=int, help="environments per player (default: experiment's)")
-    p["run"].add_argument("--trainers", type=int, default=1, help="trainer processes (default 1)")
-    p["run"].add_argument("--train-batch", type=int, help="sessions per minibatch (default: experiment's)")
-    p["run"].add_argument("-n", "--steps", type=int, help="stop after this many env steps")
+    p["train"].add_argument("-b", "--batch-size", type=one, help="sessions per minibatch (default: experiment's)")
+    p["train"].add_argument("-n", "--updates", type=one, help="updates to run, then exit")
+    p["train"].add_argument("-s", "--save-every", type=one, default=100, help="publish params every S updates")
+    p["train"].add_argument("--logdir", help="also write TensorBoard event files here")
+    p["run"].add_argument("--players", type=one, default=1, help="player processes (default 1)")
+    p["run"].add_argument("-b", "--batch-size", type=one, help="environments per player (default: experiment's)")
+    p["run"].add_argument("--trainers", type=one, default=1, help="trainer processes (default 1)")
+    p["run"].add_argument("--train-batch", type=one, help="sessions per minibatch (default: experiment's)")
+    p["run"].add_argument("-n", "--steps", type=one, help="stop after this many env steps (all players together)")
     p["run"].add_argument("--target-return", type=float, help="stop once the mean of 20 recent returns reaches it")
-    p["run"].add_argument("--max-crashes", type=int, default=5, help="crashes of one worker in 2 min that end the run")
-    p["run"].add_argument("--eval-episodes", type=int, default=10, help="episodes of the final eval (0: none)")
+    p["run"].add_argument("--max-crashes", type=one, default=5, help="crashes of one worker in 2 min that end the run")
+    p["run"].add_argument("--eval-episodes", type=zero, default=10, help="episodes of the final eval (0: none)")
     for name in ("play", "train", "run"):
-        p[name].add_argument("--buffer-size", type=int, help="sessions kept in the database (oldest evicted)")
-    p["eval"].add_argument("-n", "--episodes", type=int, default=10, help="full episodes to play")
+        p[name].add_argument("--buffer-size", type=one, help="sessions the database keeps, for every worker")
+    p["eval"].add_argument("-n", "--episodes", type=one, default=10, help="full episodes to play")
     p["eval"].add_argument("--record", default="records", help="directory for mp4 videos (default ./records)")
     p["eval"].add_argument("--no-record", action="store_true", help="no video")
     p["eval"].add_argument("--seed", type=int, help="seed of the first episode")
     p["info"].add_argument("--watch", nargs="?", type=float, const=2.0, help="refresh every N seconds (default 2)")
-    p["info"].add_argument("--last", type=int, default=100, help="episodes in the returns summary")
+    p["info"].add_argument("--last", type=one, default=100, help="episodes in the returns summary")
     p["plot"].add_argument("-o", "--output", default="curve.png", help="PNG file to write (default curve.png)")
-    p["train"].add_argument("--logdir", help="also write TensorBoard event files here")
-    p["clear"].add_argument("--all", action="store_true", help="all of the below")
-    p["clear"].add_argument("--del-sessions", action="store_true", help="delete recorded sessions")
+    for flag, what in [("--all", "all of the below"), ("--del-sessions", "delete recorded sessions")]:
+        p["clear"].add_argument(flag, action="store_true", help=what)
     p["clear"].add_argument("--del-weights", "--del-params", action="store_true", help="delete params")
     p["clear"].add_argument("--del-metrics", action="store_true", help="delete returns and trainer metrics")
-    p["clear"].add_argument("--kill-players", action="store_true", help="stop this machine's players")
-    p["clear"].add_argument("--kill-trainers", action="store_true", help="stop this machine's trainers")
+    for role in ("players", "trainers"):
+        help = f"stop this machine's {role}, and ask those on other machines to stop"
+        p["clear"].add_argument(f"--kill-{role}", action="store_true", help=help)
     return parser
 
 
@@ -235,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parse(argv)
         level = logging.WARNING if args.quiet else logging.DEBUG if args.verbose > 1 else logging.INFO
         logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s: %(message)s", datefmt="%H:%M:%S")
-        if args.device:  # experiments read it; run's children inherit it
+        if getattr(args, "device", None):  # experiments read it; run's children inherit it
             os.environ["TINYVERSE_DEVICE"] = args.device
         MODES[args.mode](args)
         return 0

@@ -8,9 +8,9 @@ session where no episode ended); ``zlib`` for uint8 arrays of 4 KiB or more
 (image frames) when that saves at least a quarter of their size.
 
 Sessions of one experiment share one header, so a parsed and validated header
-is cached by its bytes, and raw arrays are views into the record (no copies).
-:func:`decode_batch` stacks many records at once: records with the same header
-lie at the same offsets, so each array of a batch is one NumPy copy.
+is cached by its bytes. :func:`decode_batch` stacks many records at once:
+records with the same header lie at the same offsets, so each array of a batch
+is one NumPy copy. Both decoders return writable arrays that own their memory.
 """
 
 import json
@@ -117,36 +117,43 @@ def decode(data: bytes) -> dict[str, np.ndarray]:
                 continue
             if codec == "zlib":
                 raw = _inflate(raw, nbytes)
-            out[name] = np.frombuffer(raw, dtype=dt).reshape(shape)
+            out[name] = np.frombuffer(raw, dtype=dt).reshape(shape).copy()
         return out
     except _ERRORS as e:
         raise RecordError(f"corrupt or foreign record ({e})") from None
 
 
-def decode_batch(blobs: list[bytes]) -> tuple[dict[str, np.ndarray], list[int], list[tuple[int, str]]]:
+def layout(arrays: dict[str, np.ndarray]) -> list:
+    """``[[name, dtype, shape], ...]`` of a record: what sessions of one experiment share."""
+    return [[k, np.asarray(v).dtype.str, list(np.shape(v))] for k, v in arrays.items()]
+
+
+def decode_batch(
+    blobs: list[bytes], expected: list | None = None
+) -> tuple[dict[str, np.ndarray], list[int], list[tuple[int, str]]]:
     """Decode records into stacked arrays: ``({name: (k, *shape)}, kept, errors)``.
 
     ``kept`` lists the indices of the k records in the batch, in order; ``errors`` the
-    ``(index, reason)`` of corrupt or foreign ones. Records whose names, dtypes or shapes
-    differ from the first good one's are left out of both (an experiment changed).
+    ``(index, reason)`` of corrupt or foreign ones. Records whose :func:`layout` differs
+    from ``expected`` (default: the first good record's) are left out of both.
     """
-    first, groups, errors = None, {}, []
+    first, groups, errors = expected, {}, []
     for i, data in enumerate(blobs):
         try:
             head, spec = _split(data)
         except _ERRORS as e:
             errors.append((i, f"corrupt or foreign record ({e})"))
             continue
-        layout = [s[:3] for s in spec]
+        found = [[name, dt.str, list(shape)] for name, dt, shape, *_ in spec]
         if first is None:
-            first = layout
-        if layout == first:
+            first = found
+        if found == first:
             groups.setdefault(head, (spec, []))[1].append(i)
-    if first is None:
+    if not groups:
         return {}, [], errors
     kept = sorted(i for _, idx in groups.values() for i in idx)
     row = {i: r for r, i in enumerate(kept)}
-    out = {name: np.zeros((len(kept), *shape), dt) for name, dt, shape in first}
+    out = {name: np.zeros((len(kept), *shape), dtype) for name, dtype, shape in first}
     bad: set[int] = set()
     for head, (spec, idx) in groups.items():
         rows = slice(None) if len(groups) == 1 else [row[i] for i in idx]

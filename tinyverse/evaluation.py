@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 
 from .experiment import Experiment
-from .player import sync_params
+from .params import sync_params
 
 log = logging.getLogger(__name__)
 

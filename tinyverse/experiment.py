@@ -10,20 +10,31 @@ on batches of sessions; both meet through ``get_params``/``set_params``::
     metrics = exp.train_step(batch)              # batch[key][b] = session b
     db.save_params(exp.get_params())             # ... and on the other side
     exp.set_params(params)
+
+Hooks return promptly: the loops own the pace. An experiment that needs a
+replay ratio declares ``updates_per_step`` (with ``learning_starts`` and
+``pace_slack``) and the player and trainer loops wait for each other, while
+they heartbeat and watch for a stop. Options come from a dataclass that
+``make_experiment(db, args: Args)`` takes: ``--set name=value`` on the
+command line, stored in the namespace by the first worker, adopted by the rest.
 """
 
+import dataclasses
 import importlib.util
+import inspect
 import logging
 import sys
+import types
+import typing
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 
-from .errors import ExperimentError, ParamsMismatch
+from .errors import ExperimentError
 
 log = logging.getLogger(__name__)
-EXTRAS = {"ale_py": "atari", "Box2D": "box2d", "matplotlib": "plot", "imageio": "video"}  # module -> extra
+EXTRAS = {"torch": "examples", "ale_py": "atari", "Box2D": "box2d", "matplotlib": "plot", "imageio": "video"}
 Arrays = dict[str, np.ndarray]
 
 
@@ -57,6 +68,12 @@ class Experiment:
     train_batch_size: int = 32
     #: batches the trainer prepares in a background thread (0: fetch in the training thread)
     prefetch: int = 2
+    #: the pace the loops hold: trainer updates per env step played (None: each side runs free)
+    updates_per_step: float | None = None
+    #: env steps played before the first update (the replay buffer's minimum fill)
+    learning_starts: int = 0
+    #: env steps either side may run ahead of ``updates_per_step`` before it waits
+    pace_slack: int = 1000
 
     def __init__(self, db=None):
         self.db = db
@@ -84,8 +101,8 @@ class Experiment:
         """The next batch, stacked, or a list of sessions to stack (in the prefetch thread).
 
         Uniform replay by default; override for prioritized replay, using
-        ``db.session_range()`` and ``db.get_batch(ids)``. Fewer than ``batch_size``
-        sessions (or none) means "not yet": the trainer asks again shortly.
+        ``db.session_range()`` and ``db.get_batch(ids)``. An empty batch means
+        "not yet": the trainer asks again shortly. Return promptly: never wait here.
         """
         return db.sample_batch(batch_size)
 
@@ -102,27 +119,16 @@ class Experiment:
         raise NotImplementedError("define set_params(self, params: dict[str, numpy.ndarray])")
 
     def session_info(self) -> dict[str, float]:
-        """Scalars stored with every session of this player (e.g. its epsilon)."""
+        """Scalars stored with every session of this player (e.g. its epsilon); return promptly."""
         return {}
 
 
-def check_params(expected: Arrays, got: Arrays, where: str) -> None:
-    """Raise ParamsMismatch naming every array whose name, shape or dtype differs."""
-    problems = [f"missing {k}" for k in expected.keys() - got.keys()]
-    problems += [f"unexpected {k}" for k in got.keys() - expected.keys()]
-    for k in expected.keys() & got.keys():
-        a, b = np.asarray(expected[k]), got[k]
-        if a.shape != b.shape or a.dtype != b.dtype:
-            problems.append(f"{k}: stored {b.dtype}{list(b.shape)}, model wants {a.dtype}{list(a.shape)}")
-    if problems:
-        raise ParamsMismatch(
-            f"params in {where} do not fit this experiment ({'; '.join(sorted(problems))}); "
-            "use another --prefix, or delete them with: python -m tinyverse EXP clear --del-weights"
-        )
+def load_experiment(path: str, db=None, options: dict[str, str] | None = None) -> Experiment:
+    """Import the experiment file at ``path`` and call its ``make_experiment(db[, args])``.
 
-
-def load_experiment(path: str, db=None) -> Experiment:
-    """Import the experiment file at ``path`` and call its ``make_experiment(db)``."""
+    ``options`` (``--set`` name=value strings) fill the dataclass that
+    ``make_experiment`` takes; see :func:`resolve_options`.
+    """
     file = Path(path)
     if not file.is_file():
         raise ExperimentError(f"experiment file {path} not found; pass the path of a .py file")
@@ -137,8 +143,9 @@ def load_experiment(path: str, db=None) -> Experiment:
     except SyntaxError as e:
         problem = f"{path}:{e.lineno}: syntax error: {e.msg}"
     except ImportError as e:
-        extra = EXTRAS.get((e.name or "").split(".")[0], "examples")
-        problem = f"{path} needs {e.name or e}: install it (pip install 'tinyverse[{extra}]')"
+        extra = EXTRAS.get((e.name or "").split(".")[0])
+        hint = f"'tinyverse[{extra}]'" if extra else (e.name or "it").split(".")[0]
+        problem = f"{path} needs {e.name or e}: install it (pip install {hint})"
     except Exception as e:
         log.debug("import of %s failed", path, exc_info=True)
         problem = f"{path} failed to import: {type(e).__name__}: {e}"
@@ -150,8 +157,9 @@ def load_experiment(path: str, db=None) -> Experiment:
     factory = getattr(module, "make_experiment", None)
     if not callable(factory):
         raise ExperimentError(f"{path} defines no make_experiment(db); add one that returns a tinyverse.Experiment")
+    args = resolve_options(factory, path, db, options or {})
     try:
-        exp = factory(db)
+        exp = factory(db) if args is None else factory(db, args)
     except Exception as e:
         log.debug("make_experiment of %s failed", path, exc_info=True)
         raise ExperimentError(f"make_experiment in {path} failed: {type(e).__name__}: {e} (-vv shows where)") from None
@@ -160,3 +168,74 @@ def load_experiment(path: str, db=None) -> Experiment:
             f"make_experiment in {path} returned {type(exp).__name__}, not a tinyverse.Experiment subclass"
         )
     return exp
+
+
+def resolve_options(factory, path: str, db, given: dict[str, str]):
+    """The options dataclass for ``factory``: ``given`` over those stored in ``db``, stored if none are.
+
+    A given value that differs from the stored one is an error: a run never splits silently.
+    """
+    names = list(inspect.signature(factory).parameters)
+    kind = typing.get_type_hints(factory).get(names[1]) if len(names) > 1 else None
+    if not (isinstance(kind, type) and dataclasses.is_dataclass(kind)):
+        if given:
+            raise ExperimentError(
+                f"{path} takes no options: its make_experiment(db, args: Args) needs a dataclass Args"
+            )
+        return None
+    hints = typing.get_type_hints(kind)
+    fields = [f.name for f in dataclasses.fields(kind)]
+    chosen = {}
+    for key, text in given.items():
+        if key not in fields:
+            raise ExperimentError(f"{path} has no option {key!r}; its options: {', '.join(fields)}")
+        chosen[key] = _parse(key, text, hints[key])
+    stored = None if db is None else db.setting("options")
+    if stored is not None:
+        if stored.keys() - set(fields):
+            raise ExperimentError(
+                f"options stored in prefix {db.prefix} ({', '.join(sorted(stored.keys() - set(fields)))}) are not "
+                f"options of {path}: use another --prefix, or start afresh with clear --all"
+            )
+        for key, value in chosen.items():
+            if key in stored and stored[key] != value:
+                raise ExperimentError(
+                    f"option {key}={value!r} conflicts with {key}={stored[key]!r}, stored in prefix {db.prefix} by "
+                    f"the run's first worker: drop --set {key}, use another --prefix, or start afresh with clear --all"
+                )
+        chosen = {**stored, **chosen}
+    args = kind(**chosen)
+    if db is not None and stored is None:
+        resolved = dataclasses.asdict(args)
+        if db.claim("options", resolved) != resolved:  # another worker stored first: adopt its options
+            return resolve_options(factory, path, db, given)
+    return args
+
+
+def _parse(key: str, text: str, hint):
+    """``text`` as the field's type: bool, int, float or str, or None for an optional field."""
+    kinds = [k for k in typing.get_args(hint) if k is not type(None)] if _is_union(hint) else [hint]
+    if _is_union(hint) and text.lower() == "none":
+        return None
+    kind = kinds[0] if len(kinds) == 1 else None
+    try:
+        if kind is bool:
+            return {
+                "1": True,
+                "true": True,
+                "yes": True,
+                "on": True,
+                "0": False,
+                "false": False,
+                "no": False,
+                "off": False,
+            }[text.lower()]
+        if kind in (int, float, str):
+            return kind(text)
+    except (KeyError, ValueError):
+        raise ExperimentError(f"option {key}={text!r}: not a {kind.__name__}") from None
+    raise ExperimentError(f"option {key} has type {hint}: only bool, int, float and str options can be set")
+
+
+def _is_union(hint) -> bool:
+    return typing.get_origin(hint) in (typing.Union, types.UnionType)

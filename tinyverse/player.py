@@ -7,42 +7,25 @@ import zlib
 
 import numpy as np
 
-from .experiment import Experiment, check_params
-from .workers import StopFlag, Worker
+from .database import Database
+from .encoding import layout
+from .errors import TinyverseError
+from .experiment import Experiment
+from .params import sync_params
+from .workers import Pace, StopFlag, Worker
 
 log = logging.getLogger(__name__)
 
 
-def default_buffer_size(exp: Experiment, session_bytes: int, budget: float = 2**30) -> int:
-    """The experiment's buffer_size, else as many sessions as fit ``budget`` bytes (≤ 10^6)."""
+def default_capacity(exp: Experiment, session_bytes: int, budget: float = 2**30) -> int:
+    """Sessions the database keeps unless told (``--buffer-size``): the experiment's
+    ``buffer_size``, else as many sessions as fit ``budget`` bytes (at most 10^6)."""
     return exp.buffer_size or int(min(10**6, max(1000, budget // max(session_bytes, 1))))
-
-
-def sync_params(exp: Experiment, db, version: int | None, reseed: bool = False) -> int | None:
-    """Load params into ``exp`` if the stored version differs from ``version``.
-
-    With ``reseed``, store the experiment's current params when none are stored
-    (a random init at first, the latest known params after a delete).
-    """
-    stored = db.params_version()
-    if stored is None:
-        if reseed and (seeded := db.save_params(exp.get_params(), if_absent=True)) is not None:
-            log.info("no params in the database: stored this player's (version %s) as version %d", version, seeded)
-            return seeded
-        return version
-    if stored == version:
-        return version
-    found = db.load_params()
-    if found is None:  # deleted in between
-        return version
-    check_params(exp.get_params(), found[1], f"database {db.url} (prefix {db.prefix})")
-    exp.set_params(found[1])
-    return found[0]
 
 
 def play(
     exp: Experiment,
-    db,
+    db: Database,
     batch_size: int = 1,
     sessions: int | None = None,
     sync_every: int = 1,
@@ -53,9 +36,14 @@ def play(
     """Play ``batch_size`` environments, storing one session per environment per round.
 
     Runs ``sessions`` rounds (for ever if None), checks the params version
-    every ``sync_every`` rounds, seeds random-init params when none are stored.
-    Returns the number of sessions stored.
+    every ``sync_every`` rounds, seeds random-init params when none are stored,
+    and waits before a round while it is ahead of the trainers (:class:`Pace`).
+    ``buffer_size`` changes the capacity of the database. Returns the number of
+    sessions stored.
     """
+    if buffer_size is not None:
+        db.set_capacity(buffer_size)
+    pace = Pace(exp, db)
     rng = np.random.default_rng(seed)
     envs = [exp.make_env() for _ in range(batch_size)]
     obs = np.stack([env.reset(seed=int(rng.integers(2**31)))[0] for env in envs])
@@ -64,16 +52,21 @@ def play(
     tag = np.int64(zlib.crc32(worker.id.encode()))
     version = sync_params(exp, db, None, reseed=True)
     ep_return, ep_length = np.zeros(batch_size), np.zeros(batch_size, dtype=np.int64)
-    T, stored, steps, capacity = exp.session_length, 0, 0, buffer_size
+    T, stored, steps, capacity = exp.session_length, 0, 0, None
     started = shown = time.monotonic()
     recent: list[float] = []  # returns of this player's last 20 episodes
+
+    def follow():  # while waiting for the trainers, act with their newest params at once
+        nonlocal version
+        version = sync_params(exp, db, version)
+
     with StopFlag() as flag:
         try:
             for rnd in range(sessions) if sessions is not None else itertools.count():
-                if flag.stop:
-                    break
                 if rnd % sync_every == 0 and rnd:
                     version = sync_params(exp, db, version, reseed=True)
+                if not worker.wait(flag, pace.player_waits, follow):
+                    break
                 rec = _Recorder(obs, memory, T)
                 finished = []
                 for t in range(T):
@@ -97,9 +90,15 @@ def play(
                 info = {f"info.{k}": np.float64(v) for k, v in exp.session_info().items()}
                 meta = {"version": np.int64(version or 0), "worker": tag, **info}
                 batch = rec.sessions(meta)
-                if capacity is None:
-                    capacity = default_buffer_size(exp, sum(a.nbytes for a in batch[0].values()))
-                db.add_sessions(batch, capacity=capacity)
+                if capacity is None:  # the first round: the capacity to store if none is, and the layout
+                    capacity = default_capacity(exp, sum(a.nbytes for a in batch[0].values()))
+                    mine, stored_layout = layout(batch[0]), db.claim("layout", layout(batch[0]))
+                    if stored_layout != mine:
+                        raise TinyverseError(
+                            f"prefix {db.prefix} holds sessions of another layout ({_differ(stored_layout, mine)}): "
+                            "use another --prefix, or delete them with python -m tinyverse EXP clear --del-sessions"
+                        )
+                db.add_sessions(batch, capacity)
                 stored += batch_size
                 if finished:
                     added = db.count_sessions()[1]
@@ -113,13 +112,24 @@ def play(
                     mean = f"{np.mean(recent):.1f}" if recent else "-"
                     log.info("%d env steps (%.0f/s), params v%s, mean return %s", steps, rate, version, mean)
                     shown = time.monotonic()
-                if worker.beat(steps=steps, sessions=stored, version=version, steps_per_s=round(rate, 1)):
+                if worker.beat(
+                    steps=steps, sessions=stored, version=version, steps_per_s=round(rate, 1), pace=pace.spec
+                ):
                     flag.stop = True
         finally:
             for env in envs:
                 env.close()
             worker.leave()
     return stored
+
+
+def _differ(stored: list, mine: list) -> str:
+    """The first array whose name, dtype or shape differs between two layouts, in words."""
+    theirs, ours = {a[0]: a[1:] for a in stored}, {a[0]: a[1:] for a in mine}
+    for name in sorted(theirs.keys() | ours.keys()):
+        if theirs.get(name) != ours.get(name):
+            return f"{name}: stored {theirs.get(name) or 'none'}, this experiment records {ours.get(name) or 'none'}"
+    return "same arrays in another order"
 
 
 class _Recorder:

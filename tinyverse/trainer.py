@@ -1,4 +1,4 @@
-"""The train loop: sample sessions in the background, train, publish params."""
+"""The train loop: sample sessions (in the background), train at the pace, publish params."""
 
 import itertools
 import logging
@@ -8,23 +8,14 @@ import time
 
 import numpy as np
 
-from .experiment import Experiment, check_params
+from .database import Database
+from .errors import TinyverseError
+from .experiment import Experiment
 from .monitor import EventWriter
-from .workers import StopFlag, Worker
+from .params import resume
+from .workers import Pace, StopFlag, Worker
 
 log = logging.getLogger(__name__)
-
-
-def collate(sessions: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """Stack sessions into a batch, dropping any whose arrays differ from the first's."""
-    first = sessions[0]
-    shape = {k: (v.shape, v.dtype) for k, v in first.items()}
-    keep = [s for s in sessions if {k: (v.shape, v.dtype) for k, v in s.items()} == shape]
-    if len(keep) < len(sessions):
-        log.warning(
-            "dropped %d sessions of another shape: clear old sessions with --del-sessions", len(sessions) - len(keep)
-        )
-    return {k: np.stack([s[k] for s in keep]) for k in first}
 
 
 class Prefetcher:
@@ -35,7 +26,7 @@ class Prefetcher:
     Python thread competes for the GIL (cartpole_dqn: 1.3-1.6x more updates/s).
     """
 
-    def __init__(self, exp: Experiment, db, batch_size: int, depth: int = 2):
+    def __init__(self, exp: Experiment, db: Database, batch_size: int, depth: int = 2):
         self.exp, self.db, self.batch_size = exp, db, batch_size
         self.queue: queue.Queue = queue.Queue(maxsize=max(depth, 1))
         self.error: BaseException | None = None
@@ -45,9 +36,8 @@ class Prefetcher:
             self.thread.start()
 
     def _fetch(self) -> dict[str, np.ndarray] | None:
-        got = self.exp.sample(self.db, self.batch_size)
-        batch = collate(got) if isinstance(got, list) and got else got  # sessions, or a batch
-        return batch if batch and len(next(iter(batch.values()))) >= self.batch_size else None
+        batch = self.exp.sample(self.db, self.batch_size)
+        return batch if batch and len(batch["rewards"]) else None  # short after skipped records: still good
 
     def _run(self):
         try:
@@ -65,22 +55,16 @@ class Prefetcher:
         except BaseException as e:  # handed to the training thread, raised there
             self.error = e
 
-    def get(self, flag: StopFlag) -> dict[str, np.ndarray] | None:
-        """The next batch, or None once ``flag`` says stop (a starved trainer still stops)."""
-        while not flag.stop:
-            if self.thread is None:
-                batch = self._fetch()
-                if batch is not None:
-                    return batch
-                time.sleep(0.05)
-                continue
-            if self.error is not None:
-                raise self.error
-            try:
-                return self.queue.get(timeout=0.1)
-            except queue.Empty:
-                pass
-        return None
+    def get(self) -> dict[str, np.ndarray] | None:
+        """The next batch, or None if none came within 0.1 s."""
+        if self.thread is None:
+            return self._fetch()
+        if self.error is not None:
+            raise self.error
+        try:
+            return self.queue.get(timeout=0.1)
+        except queue.Empty:
+            return None
 
     def close(self):
         self.done.set()
@@ -88,25 +72,24 @@ class Prefetcher:
             self.thread.join(timeout=5)
 
 
-def wait_for_sessions(db, n: int, flag: StopFlag, worker: Worker) -> bool:
-    """Block until ``n`` sessions are stored, saying so every few seconds."""
-    said = 0.0
-    while not flag.stop:
-        if worker.beat():
-            return False
-        stored = db.count_sessions()[0]
-        if stored >= n:
-            return True
-        if time.monotonic() - said > 5:
-            log.info("waiting for sessions: %d of %d stored; start a player: python -m tinyverse EXP play", stored, n)
-            said = time.monotonic()
-        time.sleep(0.2)
-    return False
+def check_layout(exp: Experiment, db: Database) -> list | None:
+    """The layout of the stored sessions (None: none known), checked against the experiment's observations."""
+    stored = db.setting("layout")
+    env = exp.make_env()
+    shape = env.observation_space.shape
+    env.close()
+    obs = next((a[2][1:] for a in stored or [] if a[0] == "observations"), None)
+    if obs is not None and shape is not None and obs != list(shape):
+        raise TinyverseError(
+            f"the sessions in prefix {db.prefix} hold observations of shape {obs}, this experiment's are "
+            f"{list(shape)}: use another --prefix, or delete them with python -m tinyverse EXP clear --del-sessions"
+        )
+    return stored
 
 
 def train(
     exp: Experiment,
-    db,
+    db: Database,
     batch_size: int = 32,
     steps: int | None = None,
     save_every: int = 100,
@@ -116,35 +99,42 @@ def train(
 ) -> int:
     """Train on batches of ``batch_size`` sessions for ``steps`` updates (for ever if None).
 
-    Resumes from stored params (never overwrites them with a random init),
-    publishes every ``save_every`` updates and on SIGINT/SIGTERM. Returns the
-    last published params version.
+    Resumes from stored params (never overwrites them with a random init), keeps
+    the experiment's pace (:class:`Pace`), publishes every ``save_every`` updates,
+    when it starts to wait for players, and on SIGINT/SIGTERM. ``buffer_size``
+    changes the capacity of the database. Returns the last published version.
     """
     if buffer_size is not None:
         db.set_capacity(buffer_size)
-    found = db.load_params()
-    if found is not None:
-        check_params(exp.get_params(), found[1], f"database {db.url} (prefix {db.prefix})")
-        exp.set_params(found[1])
-        version = found[0]
-        log.info("resuming from params version %d", version)
-    else:
-        version = db.save_params(exp.get_params(), if_absent=True) or db.params_version() or 0
+    pace = Pace(exp, db)
+    db.layout = check_layout(exp, db)
+    version = resume(exp, db)
     exp.prepare_training()
     worker = Worker(db, "trainer")
     events = EventWriter(logdir) if logdir else None
-    done, sums, count, last_report, last_log = 0, {}, 0, time.monotonic(), 0.0
-    started = time.monotonic()
+    done, sums, count, last_report, last_log, saved = 0, {}, 0, time.monotonic(), 0.0, 0
+    started, batch = time.monotonic(), None
+
+    def publish():  # what was trained since the last save, if anything
+        nonlocal version, saved
+        if saved < done:
+            version, saved = db.save_params(exp.get_params(), min_version=version + 1), done
+
+    def starved():
+        nonlocal batch
+        stored = db.count_sessions()[0]
+        if stored < batch_size:
+            return f"for sessions: {stored} of {batch_size} stored; start a player: python -m tinyverse EXP play"
+        batch = prefetch.get()
+        return None if batch is not None else "for sessions to sample (all skipped as corrupt or of another layout)"
+
     with StopFlag() as flag:
         prefetch = None
         try:
-            worker.beat(force=True, updates=0, version=version)
-            if not wait_for_sessions(db, batch_size, flag, worker):
-                return version
+            worker.beat(force=True, updates=0, version=version, pace=pace.spec)
             prefetch = Prefetcher(exp, db, batch_size, exp.prefetch)
             for _ in range(steps) if steps is not None else itertools.count():
-                batch = prefetch.get(flag)
-                if batch is None:
+                if not (worker.wait(flag, pace.trainer_waits, publish) and worker.wait(flag, starved)):
                     break
                 metrics = exp.train_step(batch)
                 done += 1
@@ -152,11 +142,12 @@ def train(
                     sums[k] = sums.get(k, 0.0) + float(v)
                 count += 1
                 if done % save_every == 0:
-                    version = db.save_params(exp.get_params(), min_version=version + 1)
+                    publish()
                 now = time.monotonic()
                 if worker.beat(updates=done, version=version, updates_per_s=round(done / (now - started), 1)):
                     flag.stop = True
                 if now - last_report >= report_every or done == steps:
+                    pace.flush()
                     means = {k: v / count for k, v in sums.items()}
                     env_steps = db.count_sessions()[1] * exp.session_length
                     record = {"time": time.time(), "updates": done, "steps": env_steps, "version": version}
@@ -176,8 +167,7 @@ def train(
             if events:
                 events.close()
             worker.leave()
-        # a warm stop or the last step: publish what was trained since the last save
-        if done % save_every:
-            version = db.save_params(exp.get_params(), min_version=version + 1)
+        pace.flush()
+        publish()  # a warm stop or the last step
         log.info("stopped after %d updates; params version %d is stored", done, version)
     return version

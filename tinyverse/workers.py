@@ -1,4 +1,4 @@
-"""Worker identity, heartbeats and warm shutdown, shared by player and trainer."""
+"""Workers: identity, heartbeats, warm shutdown, waiting, and the pace that players and trainers keep."""
 
 import logging
 import os
@@ -7,51 +7,41 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
+
+import psutil
+
+from .database import Database
+from .errors import ExperimentError
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_EVERY = 2.0  # seconds between heartbeats
 HEARTBEAT_TTL = 10.0  # a worker silent this long is gone
-
-
-def _proc_start(pid: int) -> str | None:
-    """The kernel's start time of ``pid`` (clock ticks since boot), to tell PID reuse apart."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] == "Z" else fields[19]  # a zombie has exited already
-
-
-def _cmdline(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().decode(errors="replace").split("\0")[:-1]
-    except OSError:
-        return None
+PARENT = "TINYVERSE_PARENT_PID"  # set by run: its children stop when it is gone
 
 
 class Worker:
     """A registered player or trainer: heartbeats with counters, removed on exit."""
 
-    def __init__(self, db, role: str):
+    def __init__(self, db: Database, role: str):
         self.db, self.role = db, role
-        self.host, self.pid = socket.gethostname(), os.getpid()
-        self.id = f"{role}-{self.host}-{self.pid}-{uuid.uuid4().hex[:6]}"
+        me = psutil.Process()
+        self.id = f"{role}-{socket.gethostname()}-{me.pid}-{uuid.uuid4().hex[:6]}"
         self.info = {
             "id": self.id,
             "role": role,
-            "host": self.host,
-            "pid": self.pid,
-            "proc_start": _proc_start(self.pid),
-            "cmdline": _cmdline(self.pid),
+            "host": socket.gethostname(),
+            "pid": me.pid,
+            "proc_start": me.create_time(),  # with the command line, tells a reused PID apart
+            "cmdline": me.cmdline(),
             "started": time.time(),
         }
+        self.parent = int(os.environ[PARENT]) if os.environ.get(PARENT, "").isdigit() else None
         self.last = 0.0
 
     def beat(self, force: bool = False, **counters) -> bool:
-        """Record ``counters``, send a heartbeat if one is due; True if asked to stop."""
+        """Record ``counters``, send a heartbeat if one is due; True if this worker should stop."""
         self.info.update(counters)
         now = time.monotonic()
         if force or now - self.last >= HEARTBEAT_EVERY:
@@ -59,12 +49,86 @@ class Worker:
             if self.db.stop_requested(self.id):
                 log.warning("asked to stop through the database (clear --kill-*)")
                 return True
+            if self.parent is not None and os.getppid() != self.parent:
+                log.warning("the run that started this worker is gone: stopping")
+                return True
             self.info["time"] = time.time()
             self.db.heartbeat(self.id, self.info, HEARTBEAT_TTL)
         return False
 
+    def wait(self, flag: "StopFlag", why: Callable[[], str | None], poll: Callable | None = None) -> bool:
+        """Wait while ``why()`` names what is missing, heartbeating and saying so once; False on a stop."""
+        said = None
+        while not flag.stop:
+            reason = why()
+            if reason != said:
+                if reason is not None:
+                    log.info("waiting %s", reason)
+                said = self.info["waiting"] = reason
+                flag.stop = self.beat(force=True)
+            if reason is None:
+                return not flag.stop
+            flag.stop = flag.stop or self.beat()
+            if poll is not None:
+                poll()
+            time.sleep(0.02)
+        return False
+
     def leave(self) -> None:
         self.db.remove_worker(self.id)
+
+
+class Pace:
+    """The replay ratio that the loops hold, after Reverb's SampleToInsertRatio, in env steps.
+
+    ``lead = max(0, played - learning_starts) - updates / updates_per_step`` is how far
+    players are ahead of trainers. Players wait while lead > slack; trainers wait until
+    ``learning_starts`` env steps are played and while lead < -slack. Both counters live
+    in the database, so any number of players and trainers can join and leave.
+    """
+
+    def __init__(self, exp, db: Database):
+        self.ratio, self.starts, self.slack = exp.updates_per_step, exp.learning_starts, exp.pace_slack
+        if (self.ratio is not None and not self.ratio > 0) or self.starts < 0 or self.slack < 0:
+            raise ExperimentError(
+                f"bad pace: updates_per_step {self.ratio} (None or > 0), learning_starts {self.starts} and "
+                f"pace_slack {self.slack} (>= 0)"
+            )
+        self.db, self.T, self.spec = db, exp.session_length, [self.ratio, self.starts, self.slack]
+        self.pending, self.allowance = 0, 0  # updates not yet counted; updates allowed without a look
+
+    def played(self) -> int:
+        return self.db.count_sessions()[1] * self.T
+
+    def player_waits(self) -> str | None:
+        """What a player waits for before its next round, or None."""
+        if self.ratio is None:
+            return None
+        played, updates = self.played(), self.db.counter("updates")
+        if max(0, played - self.starts) - updates / self.ratio <= self.slack:
+            return None
+        return f"for the trainers: {updates:,} updates for {played:,} env steps, target {self.ratio:g} an env step"
+
+    def trainer_waits(self) -> str | None:
+        """What a trainer waits for before its next update, or None (then the update is counted)."""
+        if self.allowance > 0:  # room known from the last look: no round trip
+            self.allowance -= 1
+            self.pending += 1
+            return None
+        played, updates = self.played(), self.flush()
+        if played < self.starts:
+            return f"for players: {played:,} of {self.starts:,} env steps played before learning starts"
+        room = 2000 if self.ratio is None else self.ratio * (played - self.starts + self.slack) - updates
+        if room < 1:
+            return f"for players: {updates:,} updates for {played:,} env steps, target {self.ratio:g} an env step"
+        self.allowance = int(min(room // 2, 1000))  # look again halfway: other trainers share the room
+        self.pending += 1
+        return None
+
+    def flush(self) -> int:
+        """Count this trainer's updates in the database; return the total of all trainers."""
+        total, self.pending = self.db.add_updates(self.pending), 0
+        return total
 
 
 class StopFlag:
@@ -95,27 +159,38 @@ class StopFlag:
             signal.signal(sig, handler)
 
 
-def stop_worker(db, worker: dict, timeout: float = 10.0) -> str:
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE  # a zombie has exited already
+    except psutil.NoSuchProcess:
+        return False
+
+
+def stop_worker(db: Database, worker: dict, timeout: float = 10.0) -> str:
     """Stop a registered worker; say what was done.
 
     On another machine it is asked through the database and stops at its next
     heartbeat. On this one it gets SIGTERM (warm shutdown), SIGKILL if it hangs,
-    unless its PID now belongs to another process (PIDs get reused): the kernel
-    start time and command line recorded at registration must still match.
+    unless its PID now belongs to another process (PIDs get reused): the start
+    time and command line recorded at registration must still match.
     """
-    pid, name = worker["pid"], f"{worker['role']} pid {worker['pid']}"
+    name = f"{worker['role']} pid {worker['pid']}"
     if worker.get("host") != socket.gethostname():
         db.request_stop(worker["id"])
         return f"asked {name} on {worker.get('host')} to stop"
     db.remove_worker(worker["id"])
-    same = worker.get("proc_start") is not None and _proc_start(pid) == worker["proc_start"]
-    if not same or _cmdline(pid) != worker.get("cmdline"):
+    try:
+        p = psutil.Process(worker["pid"])
+        same = p.create_time() == worker.get("proc_start") and p.cmdline() == worker.get("cmdline") and _alive(p)
+    except psutil.Error:
+        same = False
+    if not same:
         return f"{name} is gone (or its PID now belongs to another process): left alone"
-    os.kill(pid, signal.SIGTERM)
+    p.terminate()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if _proc_start(pid) != worker["proc_start"]:
+        if not _alive(p):
             return f"stopped {name}"
         time.sleep(0.1)
-    os.kill(pid, signal.SIGKILL)
+    p.kill()
     return f"killed {name} (it did not stop within {timeout:.0f}s)"

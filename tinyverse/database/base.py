@@ -1,18 +1,19 @@
 """The database contract that players, trainers and tools share.
 
 A backend implements a few ``_primitives`` (each one or two native calls) and
-inherits everything else: encoding, decoding with skipping of bad records,
+inherits everything else: encoding, decoding, removing corrupt records,
 waiting out an unreachable server with backoff. Every backend runs the same
 conformance suite, ``tests/test_database.py``.
 
 Stored per namespace (``prefix``):
 
 - sessions: a ring of encoded sessions with ids 1, 2, 3, ...; an append evicts
-  the oldest beyond ``capacity``; sampling draws ids uniformly from the stored
-  range, so its cost does not depend on how many are stored;
+  the oldest beyond the stored capacity; sampling draws ids uniformly from the
+  stored range, so its cost does not depend on how many are stored;
 - params: one encoded params set with a version that only grows;
 - workers: JSON heartbeats that expire; metrics: bounded JSON lists by kind;
-- meta: small settings such as ``capacity``.
+- meta: small settings and counters (capacity, options, session layout,
+  trainer updates, corrupt records removed, stop requests).
 """
 
 import json
@@ -23,6 +24,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -34,6 +36,13 @@ log = logging.getLogger(__name__)
 Arrays = dict[str, np.ndarray]
 PREFIX_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 METRICS_LIMIT = 100_000  # records kept per metrics kind
+STOP_TTL = 600.0  # seconds a stop request waits for its worker
+
+
+def masked(url: str) -> str:
+    """``url`` with its password replaced by ``***``: safe to print."""
+    parts = urlsplit(url)
+    return url if parts.password is None else url.replace(f":{parts.password}@", ":***@", 1)
 
 
 class Database(ABC):
@@ -42,11 +51,12 @@ class Database(ABC):
     def __init__(self, url: str, prefix: str = "tinyverse", retry_for: float | None = None):
         if not PREFIX_RE.match(prefix):
             raise DatabaseError(f"bad prefix {prefix!r}: use 1-64 letters, digits, '_', '.' or '-'")
-        self.url, self.prefix, self.retry_for = url, prefix, retry_for
-        self.skipped = 0  # records that failed to decode
+        self.url, self.prefix, self.retry_for = masked(url), prefix, retry_for
+        self.layout: list | None = None  # sessions of another layout are never handed out
+        self._said: dict[str, float] = {}
 
-    # -- waiting out an unreachable database ------------------------------------
     def _call(self, fn: Callable, *args: Any) -> Any:
+        """Run a primitive, waiting out an unreachable database with backoff."""
         start, delay, warned = time.monotonic(), 0.2, False
         while True:
             try:
@@ -57,8 +67,7 @@ class Database(ABC):
             except Exception as e:
                 if not self._is_transient(e):
                     raise
-                waited = time.monotonic() - start
-                if self.retry_for is not None and waited >= self.retry_for:
+                if self.retry_for is not None and time.monotonic() - start >= self.retry_for:
                     raise DatabaseError(
                         f"cannot reach database {self.url} ({type(e).__name__}: {e}); "
                         "start the server or pass --db sqlite:///tinyverse.db"
@@ -69,27 +78,33 @@ class Database(ABC):
                 time.sleep(delay)
                 delay = min(delay * 2, 10.0)
 
+    def _warn(self, what: str, message: str, *args: Any, every: float = 30.0) -> None:
+        """Log ``message`` at most once every ``every`` seconds per ``what``."""
+        if time.monotonic() - self._said.get(what, -every) >= every:
+            self._said[what] = time.monotonic()
+            log.warning(message, *args)
+
     # -- sessions ---------------------------------------------------------------
-    def add_sessions(self, sessions: list[Arrays], capacity: int = 100_000) -> None:
-        """Append sessions atomically; ``capacity`` applies if none is stored yet."""
+    def add_sessions(self, sessions: list[Arrays], capacity: int) -> None:
+        """Append sessions atomically; ``capacity`` is stored if none is stored yet."""
         if sessions:  # SQLite's eviction reads last_insert_rowid(), which only an insert sets
             self._call(self._add, [encode(s) for s in sessions], int(capacity))
-
-    def sample_sessions(self, n: int) -> list[Arrays]:
-        """``n`` sessions drawn uniformly (with replacement), each with its ``id``."""
-        return [s for _, s in self._decode(self._call(self._sample, n))]
-
-    def get_sessions(self, ids: list[int]) -> dict[int, Arrays]:
-        """``{id: session}`` for those of ``ids`` still stored (for prioritized replay)."""
-        return dict(self._decode(self._call(self._rows, set(ids))))
 
     def sample_batch(self, n: int) -> Arrays:
         """``n`` sessions drawn uniformly, stacked into ``{name: (k, ...)}`` arrays with ``id``.
 
-        k is n unless records were skipped (corrupt, or of another shape); ``{}`` when none are
-        stored. Faster than stacking ``sample_sessions``: one NumPy copy per array.
+        k < n when records were skipped (corrupt ones are removed for good; those of
+        another layout than ``self.layout`` are left alone); ``{}`` when none are stored.
         """
-        return self._batch(self._call(self._sample, n))
+        out: list[tuple[int, bytes]] = []
+        for _ in range(10):  # ids evicted or removed between reading the range and the rows are redrawn
+            lo, hi = self._call(self._range)
+            if hi < lo or n < 1:
+                break
+            out += self._call(self._rows, [random.randint(lo, hi) for _ in range(n - len(out))])
+            if len(out) == n:
+                break
+        return self._batch(out)
 
     def get_batch(self, ids: list[int]) -> Arrays:
         """The stored ones of ``ids``, in order (repeats kept), stacked as by ``sample_batch``."""
@@ -101,56 +116,67 @@ class Database(ABC):
         found = self._get(sorted(set(ids))) if ids else {}  # HMGET of no fields is an error in Redis
         return [(i, found[i]) for i in ids if i in found]
 
-    def _sample(self, n: int) -> list[tuple[int, bytes]]:
-        out: list[tuple[int, bytes]] = []
-        for _ in range(10):  # ids evicted between reading the range and the rows are redrawn
-            lo, hi = self._range()
-            if hi < lo or n < 1:
-                break
-            out += self._rows([random.randint(lo, hi) for _ in range(n - len(out))])
-            if len(out) == n:
-                break
-        return out
-
     def _batch(self, rows: list[tuple[int, bytes]]) -> Arrays:
-        batch, kept, errors = decode_batch([blob for _, blob in rows])
-        for j, why in errors:
-            self.skipped += 1
-            log.warning("skipped a session (id %d) in %s: %s", rows[j][0], self.prefix, why)
+        batch, kept, errors = decode_batch([blob for _, blob in rows], self.layout)
+        if errors:
+            bad = sorted({rows[j][0] for j, _ in errors})
+            self._call(self._delete, bad)
+            self._call(self._incr_meta, "corrupt", len(bad))
+            self._warn("corrupt", "removed %d corrupt sessions from %s (%s)", len(bad), self.prefix, errors[0][1])
         if len(kept) + len(errors) < len(rows):
-            other = len(rows) - len(kept) - len(errors)
-            log.warning("dropped %d sessions of another shape: clear old sessions with --del-sessions", other)
+            self._warn(
+                "layout",
+                "skipped sessions of another layout in %s: delete them with python -m tinyverse EXP clear "
+                "--del-sessions, or use another --prefix",
+                self.prefix,
+            )
         if batch:
             batch["id"] = np.array([rows[j][0] for j in kept], np.int64)
         return batch
-
-    def _decode(self, rows) -> list[tuple[int, Arrays]]:
-        out = []
-        for i, blob in rows:
-            try:
-                out.append((i, {**decode(blob), "id": np.int64(i)}))
-            except RecordError as e:
-                self.skipped += 1
-                log.warning("skipped a session (id %d) in %s: %s", i, self.prefix, e)
-        return out
 
     def session_range(self) -> tuple[int, int]:
         """(oldest, newest) stored id; newest < oldest when none are stored."""
         return self._call(self._range)
 
     def count_sessions(self) -> tuple[int, int]:
-        """(stored now, ever added)."""
+        """(stored now, ever added); removed corrupt records count as stored until evicted."""
         return self._call(self._count)
 
     def set_capacity(self, capacity: int) -> None:
-        """Keep at most ``capacity`` sessions; the next append evicts the rest."""
+        """Keep at most ``capacity`` sessions, evicting the oldest now."""
         if capacity < 1:
             raise DatabaseError(f"buffer size must be positive, got {capacity}")
-        self._call(self._set_meta, "capacity", str(int(capacity)))
+        old = self.capacity()
+        self._call(self._set_meta, "capacity", str(int(capacity)), False)
+        if old is not None and old != capacity:
+            log.warning(
+                "buffer size of %s changed from %d to %d sessions, for every worker", self.prefix, old, capacity
+            )
 
     def capacity(self) -> int | None:
         value = self._call(self._get_meta, "capacity")
         return None if value is None else int(value)
+
+    def claim(self, key: str, value: Any) -> Any:
+        """Store ``value`` (as JSON) under ``key`` unless one is stored; return the stored one."""
+        self._call(self._set_meta, key, json.dumps(value), True)
+        return self.setting(key)
+
+    def setting(self, key: str) -> Any:
+        """The JSON value stored under ``key`` by :meth:`claim`, or None."""
+        value = self._call(self._get_meta, key)
+        try:
+            return None if value is None else json.loads(value)
+        except ValueError:
+            raise DatabaseError(f"stored setting {key!r} in {self.prefix} is corrupt; clear --all resets it") from None
+
+    def add_updates(self, n: int) -> int:
+        """Count ``n`` more trainer updates; return the total (the pace's counter)."""
+        return self._call(self._incr_meta, "updates", int(n))
+
+    def counter(self, name: str) -> int:
+        """A counter of :meth:`add_updates` ("updates") or of removed records ("corrupt")."""
+        return int(self._call(self._get_meta, name) or 0)
 
     # -- params -----------------------------------------------------------------
     def save_params(self, params: Arrays, min_version: int = 0, if_absent: bool = False) -> int | None:
@@ -164,7 +190,15 @@ class Database(ABC):
     def load_params(self) -> tuple[int, Arrays] | None:
         """(version, params) or None when none are stored."""
         found = self._call(self._load_params)
-        return None if found is None else (found[0], decode(found[1]))
+        if found is None:
+            return None
+        try:
+            return found[0], decode(found[1])
+        except RecordError as e:
+            raise RecordError(
+                f"the stored params of {self.prefix} are {e}; delete them with python -m tinyverse EXP clear "
+                "--del-weights (a trainer then starts from a random init)"
+            ) from None
 
     def params_version(self) -> int | None:
         found = self._call(self._params_version)
@@ -183,14 +217,16 @@ class Database(ABC):
         return [json.loads(s) for s in self._call(self._workers)]
 
     def remove_worker(self, worker_id: str) -> None:
+        """Forget a worker, and any stop request for it."""
         self._call(self._remove_worker, worker_id)
+        self._call(self._set_meta, f"stop:{worker_id}", None, False)
 
     def request_stop(self, worker_id: str) -> None:
-        """Ask a worker (on any machine) to stop at its next heartbeat."""
-        self._call(self._set_meta, f"stop:{worker_id}", "1")
+        """Ask a worker (on any machine) to stop at its next heartbeat; ``clear`` keeps the request."""
+        self._call(self._set_meta, f"stop:{worker_id}", str(time.time() + STOP_TTL), False)
 
     def stop_requested(self, worker_id: str) -> bool:
-        return self._call(self._get_meta, f"stop:{worker_id}") == "1"
+        return float(self._call(self._get_meta, f"stop:{worker_id}") or 0) > time.time()
 
     # -- metrics ----------------------------------------------------------------
     def add_metrics(self, kind: str, records: list[dict]) -> None:
@@ -204,6 +240,7 @@ class Database(ABC):
 
     # -- housekeeping -----------------------------------------------------------
     def clear(self, sessions=False, params=False, workers=False, metrics=False) -> None:
+        """Delete what is asked; sessions take their layout along, everything takes the settings too."""
         what = {k for k, v in locals().items() if v is True}
         self._call(self._clear, what)
 
@@ -226,11 +263,17 @@ class Database(ABC):
     @abstractmethod
     def _get(self, ids: list[int]) -> dict[int, bytes]: ...
     @abstractmethod
+    def _delete(self, ids: list[int]) -> None: ...
+    @abstractmethod
     def _count(self) -> tuple[int, int]: ...
     @abstractmethod
-    def _set_meta(self, key: str, value: str) -> None: ...
+    def _set_meta(self, key: str, value: str | None, if_absent: bool) -> None:
+        """Set (None: delete) a meta key; with ``if_absent`` keep one that is set."""
+
     @abstractmethod
     def _get_meta(self, key: str) -> str | None: ...
+    @abstractmethod
+    def _incr_meta(self, key: str, n: int) -> int: ...
     @abstractmethod
     def _save_params(self, blob: bytes, min_version: int, if_absent: bool) -> int | None: ...
     @abstractmethod

@@ -12,6 +12,7 @@ import time
 
 import redis
 
+from ..errors import DatabaseError
 from .base import Database
 
 NAMESPACES = "tinyverse:namespaces"
@@ -70,6 +71,8 @@ class RedisDatabase(Database):
         self._call(self.r.sadd, NAMESPACES, prefix)
 
     def _is_transient(self, e):
+        if isinstance(e, redis.AuthenticationError):  # a wrong password does not get better with time
+            raise DatabaseError(f"Redis at {self.url} refused the password ({e}): check --password or the URL")
         return isinstance(e, (redis.ConnectionError, redis.TimeoutError)) or (
             isinstance(e, redis.ResponseError) and str(e).startswith("LOADING")
         )
@@ -80,6 +83,9 @@ class RedisDatabase(Database):
     def _get(self, ids):
         return {i: b for i, b in zip(ids, self.r.hmget(self.k["sessions"], ids), strict=True) if b is not None}
 
+    def _delete(self, ids):
+        self.r.hdel(self.k["sessions"], *ids)
+
     def _range(self) -> tuple[int, int]:
         lo, hi = self.r.mget(self.k["lo"], self.k["seq"])
         return int(lo or 1), int(hi or 0)
@@ -88,15 +94,20 @@ class RedisDatabase(Database):
         lo, hi = self._range()
         return max(hi - lo + 1, 0), hi
 
-    def _set_meta(self, key, value):
-        if key == "capacity":
+    def _set_meta(self, key, value, if_absent):
+        if value is None:
+            self.r.hdel(self.k["meta"], key)
+        elif key == "capacity" and not if_absent:
             self.scripts["capacity"](keys=self.ring, args=[value])
         else:
-            self.r.hset(self.k["meta"], key, value)
+            (self.r.hsetnx if if_absent else self.r.hset)(self.k["meta"], key, value)
 
     def _get_meta(self, key):
         value = self.r.hget(self.k["meta"], key)
         return None if value is None else value.decode()
+
+    def _incr_meta(self, key, n):
+        return self.r.hincrby(self.k["meta"], key, n)
 
     def _save_params(self, blob, min_version, if_absent):
         return self.scripts["params"](keys=[self.k["params"]], args=[blob, min_version, int(if_absent), time.time()])
@@ -131,13 +142,17 @@ class RedisDatabase(Database):
         keys = []
         if "sessions" in what:  # keep seq (sessions ever added); start the ring after it
             self.scripts["clear"](keys=self.ring[:3])  # one script: an append racing a GET of seq went uncounted
+            self.r.hdel(self.k["meta"], "layout")
         if "params" in what:
             keys.append(self.k["params"])
         for name, pattern in (("workers", "worker:*"), ("metrics", "metrics:*")):
             if name in what:
                 keys += self.r.scan_iter(match=f"{self.prefix}:{pattern}", count=1000)
-        if what >= EVERYTHING:  # a fresh start: the step counter, settings and the name go too
-            keys += [self.k["seq"], self.k["lo"], self.k["meta"]]
+        if what >= EVERYTHING:  # a fresh start: counters, settings and the name go; stop requests stay
+            keys += [self.k["seq"], self.k["lo"]]
+            settings = [k for k in self.r.hkeys(self.k["meta"]) if not k.startswith(b"stop:")]
+            if settings:
+                self.r.hdel(self.k["meta"], *settings)
             self.r.srem(NAMESPACES, self.prefix)
         if keys:
             self.r.unlink(*keys)

@@ -7,6 +7,7 @@ session and only the oldest are deleted, so the stored ids are exactly
 ``min(id)..max(id)`` and sampling picks ids in that range.
 """
 
+import os
 import sqlite3
 import threading
 import time
@@ -27,9 +28,11 @@ class SQLiteDatabase(Database):
     def _is_transient(self, e):
         return isinstance(e, sqlite3.OperationalError) and ("locked" in str(e) or "busy" in str(e))
 
-    def __init__(self, url: str, prefix: str = "tinyverse", retry_for: float | None = None):
+    def __init__(self, url: str, prefix: str = "tinyverse", retry_for: float | None = None, create: bool = True):
         super().__init__(url, prefix, retry_for)
         self.path = url.split("sqlite://", 1)[1].removeprefix("/") or "tinyverse.db"
+        if not create and not os.path.exists(self.path):
+            raise DatabaseError(f"no SQLite database at {self.path}: check --db (or $TINYVERSE_DB)")
         self.t = {name: f'"{prefix}:{name}"' for name in TABLES}
         self._local = threading.local()
         try:
@@ -79,21 +82,37 @@ class SQLiteDatabase(Database):
         sql = f"SELECT id, data FROM {self.t['sessions']} WHERE id IN ({','.join('?' * len(ids))})"
         return dict(self.db.execute(sql, ids).fetchall())
 
+    def _delete(self, ids):
+        with self._write() as db:
+            db.execute(f"DELETE FROM {self.t['sessions']} WHERE id IN ({','.join('?' * len(ids))})", ids)
+
     def _count(self):
         lo, hi = self._range()
         seq = self.db.execute("SELECT seq FROM sqlite_sequence WHERE name = ?", (self.t["sessions"][1:-1],))
         added = (seq.fetchone() or (0,))[0]
         return hi - lo + 1, added
 
-    def _set_meta(self, key, value):
+    def _set_meta(self, key, value, if_absent):
         with self._write() as db:
-            db.execute(f"INSERT OR REPLACE INTO {self.t['meta']} VALUES (?, ?)", (key, value))
+            if value is None:
+                db.execute(f"DELETE FROM {self.t['meta']} WHERE key = ?", (key,))
+                return
+            db.execute(
+                f"INSERT OR {'IGNORE' if if_absent else 'REPLACE'} INTO {self.t['meta']} VALUES (?, ?)", (key, value)
+            )
             if key == "capacity":  # evict at once, not only on the next append
-                db.execute(f"DELETE FROM {self.t['sessions']} WHERE id <= ?", (self._range()[1] - int(value),))
+                capacity = int(db.execute(f"SELECT value FROM {self.t['meta']} WHERE key = 'capacity'").fetchone()[0])
+                db.execute(f"DELETE FROM {self.t['sessions']} WHERE id <= ?", (self._range()[1] - capacity,))
 
     def _get_meta(self, key):
         row = self.db.execute(f"SELECT value FROM {self.t['meta']} WHERE key = ?", (key,)).fetchone()
         return None if row is None else row[0]
+
+    def _incr_meta(self, key, n):
+        sql = f"INSERT INTO {self.t['meta']} VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = value + ?"
+        sql += " RETURNING value"
+        with self._write() as db:
+            return int(db.execute(sql, (key, n, n)).fetchone()[0])
 
     def _save_params(self, blob, min_version, if_absent):
         with self._write() as db:
@@ -142,8 +161,10 @@ class SQLiteDatabase(Database):
         with self._write() as db:
             for name in what:
                 db.execute(f"DELETE FROM {self.t[name]}")
-            if what >= {"sessions", "params", "workers", "metrics"}:  # a fresh start: counter and settings too
-                db.execute(f"DELETE FROM {self.t['meta']}")
+            if "sessions" in what:
+                db.execute(f"DELETE FROM {self.t['meta']} WHERE key = 'layout'")
+            if what >= {"sessions", "params", "workers", "metrics"}:  # a fresh start: counters and settings too
+                db.execute(f"DELETE FROM {self.t['meta']} WHERE key NOT LIKE 'stop:%'")  # remote workers still stop
                 db.execute("DELETE FROM sqlite_sequence WHERE name = ?", (self.t["sessions"][1:-1],))
 
     def _namespaces(self):
