@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .database import Database
 from .experiment import Experiment
 from .params import sync_params
 
@@ -12,21 +13,33 @@ log = logging.getLogger(__name__)
 
 
 def write_video(path: Path, frames: list[np.ndarray], fps: int = 30) -> bool:
-    """Write frames as mp4 with imageio-ffmpeg; False (with a hint) if it is missing."""
+    """Write frames as mp4 with imageio-ffmpeg; False (with a hint) if it is missing.
+
+    The file appears whole or not at all: it is written under another name, then renamed.
+    """
     try:
         import imageio.v2 as imageio
     except ImportError:
         log.warning("no video: pip install 'tinyverse[video]' (imageio and imageio-ffmpeg)")
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
-    imageio.mimwrite(path, frames, fps=fps, codec="libx264", macro_block_size=1)
+    part = path.with_name(f".{path.stem}.part{path.suffix}")
+    try:
+        imageio.mimwrite(part, frames, fps=fps, codec="libx264", macro_block_size=1)
+        part.replace(path)
+    finally:
+        part.unlink(missing_ok=True)
     return True
 
 
 def evaluate(
-    exp: Experiment, db, episodes: int = 10, record: str | None = None, seed: int | None = None
+    exp: Experiment, db: Database, episodes: int = 10, record: str | None = None, seed: int | None = None
 ) -> list[float]:
-    """Play ``episodes`` full episodes greedily; write an mp4 each into ``record``."""
+    """Play ``episodes`` full episodes greedily; write an mp4 each into ``record``.
+
+    Interrupted (Ctrl-C), it still prints the summary of the finished episodes
+    and leaves no partial video behind.
+    """
     version = sync_params(exp, db, None)
     if version is None:
         log.warning("no params in the database: evaluating a random init")
@@ -35,7 +48,21 @@ def evaluate(
         log.warning("this environment does not render rgb_array frames: no video")
         record = None
     fps = int(env.metadata.get("render_fps") or 30)
-    returns = []
+    returns: list[float] = []
+    try:
+        _play(exp, env, episodes, record, seed, version, fps, returns)
+    except KeyboardInterrupt:
+        print(f"interrupted after {len(returns)} of {episodes} episodes")
+        raise
+    finally:
+        env.close()
+        if returns:
+            mean, std, n = np.mean(returns), np.std(returns), len(returns)
+            print(f"mean return {mean:.1f} ± {std:.1f} over {n} episodes (params v{version})", flush=True)
+    return returns
+
+
+def _play(exp, env, episodes, record, seed, version, fps, returns) -> None:
     for ep in range(episodes):
         obs, _ = env.reset(seed=None if seed is None else seed + ep)
         memory = exp.initial_memory(1)
@@ -53,6 +80,3 @@ def evaluate(
         if record and write_video(Path(record) / f"episode_{ep:03d}_v{version or 0}.mp4", frames, fps):
             video = f"  video {Path(record) / f'episode_{ep:03d}_v{version or 0}.mp4'}"
         print(f"episode {ep + 1}/{episodes}: return {total:.1f}{video}", flush=True)
-    env.close()
-    print(f"mean return {np.mean(returns):.1f} ± {np.std(returns):.1f} over {episodes} episodes (params v{version})")
-    return returns

@@ -1,13 +1,17 @@
 """``run``: a whole fleet on this machine in one command, supervised.
 
 Starts players and trainers as ``python -m tinyverse`` subprocesses (exactly
-what a user could start by hand), restarts one that crashes with backoff,
-shows progress, and stops them all with a warm shutdown on Ctrl-C, after a
-number of env steps, or once the recent mean return reaches a target.
+what a user could start by hand), restarts one that crashes with backoff (one
+that exits cleanly, e.g. stopped by ``clear``, is left stopped), shows
+progress, and stops them all with a warm shutdown on Ctrl-C, after a number of
+env steps, or once the recent mean return reaches a target. Children run in
+sessions of their own (a terminal's Ctrl-C reaches only ``run``, which stops
+them once) and stop by themselves when ``run`` dies, even by kill -9.
 """
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -18,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import TinyverseError
-from .workers import StopFlag
+from .workers import PARENT, StopFlag
 
 log = logging.getLogger(__name__)
 CRASH_WINDOW = 120.0  # crashes older than this are forgiven
@@ -32,14 +36,21 @@ class Child:
         self.max_crashes = max_crashes
         # e.g. Ape-X: player i of n explores with its own epsilon
         self.env = {**os.environ, "TINYVERSE_WORKER_INDEX": str(index), "TINYVERSE_WORKER_COUNT": str(count)}
+        self.env[PARENT] = str(os.getpid())
         self.proc: subprocess.Popen | None = None
         self.crashes: deque[float] = deque()
         self.restart_at = 0.0
+        self.finished = False  # exited with code 0: stopped on purpose, not restarted
 
     def start(self) -> None:
         with open(self.logfile, "ab") as out:
             self.proc = subprocess.Popen(
-                self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env
+                self.argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                start_new_session=True,
             )
 
     def tail(self, n: int = 8) -> str:
@@ -49,6 +60,8 @@ class Child:
     def check(self) -> None:
         """Restart a crashed process with backoff; raise once it keeps crashing."""
         now = time.monotonic()
+        if self.finished:
+            return
         if self.proc is None:
             if now >= self.restart_at:
                 log.warning("restarting %s (crash %d)", self.name, len(self.crashes))
@@ -58,6 +71,10 @@ class Child:
         if code is None:
             return
         self.proc = None
+        if code == 0:
+            log.warning("%s exited by itself (code 0): not restarted", self.name)
+            self.finished = True
+            return
         self.crashes.append(now)
         while self.crashes and now - self.crashes[0] > CRASH_WINDOW:
             self.crashes.popleft()
@@ -135,6 +152,9 @@ def run_fleet(
                 time.sleep(0.5)
                 for child in children:
                     child.check()
+                if all(child.finished for child in children):
+                    reason = "every worker exited by itself"
+                    break
                 line, steps = status_line(db, exp.session_length, start_steps, started)
                 if tty:
                     print(f"\r{line}\033[K", end="", file=sys.stderr, flush=True)
@@ -159,4 +179,6 @@ def run_fleet(
                 child.terminate()
             for child in children:  # trainers publish params in their warm shutdown
                 child.wait()
+            if reason != "a worker kept crashing":  # its output was shown; keep the logs only then
+                shutil.rmtree(logdir, ignore_errors=True)
     return reason

@@ -1,9 +1,6 @@
 """Watching training: the info dashboard, learning-curve plots, TensorBoard files."""
 
-import socket
-import struct
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -23,10 +20,25 @@ def info_text(db, last: int = 100) -> str:
     lines = [f"[{db.prefix}] {db.url}"]
     if not (added or version or workers):
         return lines[0] + "\n  empty: start a player with python -m tinyverse EXP play"
-    lines.append(f"  sessions  {stored:,} stored of {db.capacity() or 0:,} capacity, {added:,} ever added")
+    corrupt = db.counter("corrupt")
+    lines.append(
+        f"  sessions  {stored:,} stored of {db.capacity() or 0:,} capacity, {added:,} ever added"
+        + (f", {corrupt:,} corrupt removed" if corrupt else "")
+    )
+    options = db.setting("options")
+    if options:
+        lines.append("  options   " + ", ".join(f"{k}={v}" for k, v in options.items()))
     lines.append(
         "  params    " + ("none" if version is None else f"version {version}, saved {_age(time.time() - saved)} ago")
     )
+    pace = next((w["pace"] for w in workers if w.get("pace")), None)
+    if pace and pace[0]:  # [updates_per_step, learning_starts, pace_slack, session_length]
+        updates, played = db.counter("updates"), max(0, added * pace[3] - pace[1])
+        actual = f"{updates / played:.3g}" if played else "-"
+        lines.append(
+            f"  pace      target {pace[0]:g} updates an env step (after {pace[1]:,}, slack {pace[2]:,}), "
+            f"actual {actual} ({updates:,} updates)"
+        )
     now = time.time()
     for w in workers:
         if w["role"] == "player":
@@ -36,7 +48,10 @@ def info_text(db, last: int = 100) -> str:
         used = f"  params v{w['version']}" if w.get("version") is not None else ""
         if used and w["role"] == "player" and version is not None:
             used += f", lag {version - w['version']}"  # how stale the acting policy is
-        lines.append(f"  {w['role']:<8}  {w['host']} pid {w['pid']}  up {_age(now - w['started'])}  {rate}{used}")
+        waits = f"  waiting {w['waiting']}" if w.get("waiting") else ""
+        lines.append(
+            f"  {w['role']:<8}  {w['host']} pid {w['pid']}  up {_age(now - w['started'])}  {rate}{used}{waits}"
+        )
     if not workers:
         lines.append("  workers   none alive")
     returns = [m["return"] for m in db.metrics("episodes", last)]
@@ -92,62 +107,20 @@ def plot(db, path: str) -> None:
     plt.close(fig)
 
 
-def _crc32c_table() -> list[int]:
-    table = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        table.append(c)
-    return table
-
-
-_TABLE = _crc32c_table()
-
-
-def crc32c(data: bytes) -> int:
-    c = 0xFFFFFFFF
-    for byte in data:
-        c = _TABLE[(c ^ byte) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-
-
-def _masked(data: bytes) -> bytes:
-    c = crc32c(data)
-    return struct.pack("<I", (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return bytes(out)
-
-
 class EventWriter:
-    """Scalars in TensorBoard's event-file format (TFRecord of Event protos), no dependency."""
+    """Scalars for TensorBoard, written by tensorboardX (pip install 'tinyverse[tensorboard]')."""
 
     def __init__(self, logdir: str):
-        Path(logdir).mkdir(parents=True, exist_ok=True)
-        self.path = Path(logdir) / f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}"
-        self.file = open(self.path, "ab")
-        self._write(b"\x1a" + _varint(13) + b"brain.Event:2", 0)
-
-    def _write(self, body: bytes, step: int) -> None:
-        event = b"\x09" + struct.pack("<d", time.time()) + b"\x10" + _varint(step) + body
-        head = struct.pack("<Q", len(event))
-        self.file.write(head + _masked(head) + event + _masked(event))
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError:
+            raise TinyverseError("--logdir needs tensorboardX: pip install 'tinyverse[tensorboard]'") from None
+        self.writer = SummaryWriter(logdir)
 
     def scalars(self, values: dict[str, float], step: int) -> None:
-        summary = b""
         for tag, v in values.items():
-            name = tag.encode()
-            value = b"\x0a" + _varint(len(name)) + name + b"\x15" + struct.pack("<f", v)
-            summary += b"\x0a" + _varint(len(value)) + value
-        self._write(b"\x2a" + _varint(len(summary)) + summary, step)
-        self.file.flush()
+            self.writer.add_scalar(tag, v, step)
+        self.writer.flush()
 
     def close(self) -> None:
-        self.file.close()
+        self.writer.close()

@@ -94,7 +94,7 @@ class Pace:
                 f"bad pace: updates_per_step {self.ratio} (None or > 0), learning_starts {self.starts} and "
                 f"pace_slack {self.slack} (>= 0)"
             )
-        self.db, self.T, self.spec = db, exp.session_length, [self.ratio, self.starts, self.slack]
+        self.db, self.T, self.spec = db, exp.session_length, [self.ratio, self.starts, self.slack, exp.session_length]
         self.pending, self.allowance = 0, 0  # updates not yet counted; updates allowed without a look
 
     def played(self) -> int:
