@@ -6,24 +6,42 @@ whether a trainer resumed from them (``w`` stays the first random init).
 The memory counts the steps of the current episode, so a test can check that
 players reset it when an episode ends.
 
-Knobs, as keyword arguments in-process or as environment variables for the CLI:
-
-- ``FAKE_T``: session length (default 8);
-- ``FAKE_MAX_STEPS``: episode step limit (default CartPole's 500): short limits truncate;
-- ``FAKE_W_ROWS``: rows of ``w`` (default 4): 5 makes params of another shape;
-- ``FAKE_EPSILON``: players' random-action probability (default 0.1);
-- ``FAKE_TRAIN_SLEEP``: seconds each ``train_step`` sleeps, so a kill lands mid-run;
-- ``FAKE_PROGRESS``: a file ``train_step`` writes its update count to;
-- ``FAKE_FAIL_AT``: ``train_step`` corrupts the params and raises at this update.
+Its knobs are the fields of :class:`Args`: keyword arguments of ``FakeExperiment``
+in-process, ``--set name=value`` on the command line (stored with the run by
+its first worker, adopted by the rest).
 """
 
-import os
+import dataclasses
 import time
 
 import gymnasium as gym
 import numpy as np
 
 from tinyverse import Experiment
+
+
+@dataclasses.dataclass
+class Args:
+    session_length: int = 8
+    """ticks per session"""
+    max_steps: int | None = None
+    """episode step limit (None: CartPole's 500); short limits truncate"""
+    w_rows: int = 4
+    """rows of w: 5 makes params of another shape"""
+    epsilon: float = 0.1
+    """players' random-action probability"""
+    train_sleep: float = 0.0
+    """seconds each train_step sleeps, so a kill lands mid-run"""
+    progress: str | None = None
+    """a file train_step writes its update count to"""
+    fail_at: int | None = None
+    """train_step corrupts the params and raises at this update"""
+    updates_per_step: float | None = None
+    """the pace: trainer updates per env step (None: no limit)"""
+    learning_starts: int = 0
+    """env steps played before the first update"""
+    pace_slack: int = 1000
+    """env steps either side may run ahead of the pace"""
 
 
 class LoggedEnv(gym.Wrapper):
@@ -59,10 +77,14 @@ class FakeExperiment(Experiment):
         train_sleep=0.0,
         progress=None,
         fail_at=None,
+        updates_per_step=None,
+        learning_starts=0,
+        pace_slack=1000,
         on_round=None,
         on_train=None,
     ):
         super().__init__(db)
+        self.updates_per_step, self.learning_starts, self.pace_slack = updates_per_step, learning_starts, pace_slack
         self.session_length, self.max_steps, self.epsilon = session_length, max_steps, epsilon
         self.train_sleep, self.progress, self.fail_at = train_sleep, progress, fail_at
         self.on_round, self.on_train = on_round, on_train  # in-process hooks for tests
@@ -124,17 +146,5 @@ class FakeExperiment(Experiment):
         return {}
 
 
-def make_experiment(db):
-    env = os.environ.get
-    fail_at = env("FAKE_FAIL_AT")
-    max_steps = env("FAKE_MAX_STEPS")
-    return FakeExperiment(
-        db,
-        session_length=int(env("FAKE_T", "8")),
-        max_steps=int(max_steps) if max_steps else None,
-        w_rows=int(env("FAKE_W_ROWS", "4")),
-        epsilon=float(env("FAKE_EPSILON", "0.1")),
-        train_sleep=float(env("FAKE_TRAIN_SLEEP", "0")),
-        progress=env("FAKE_PROGRESS"),
-        fail_at=int(fail_at) if fail_at else None,
-    )
+def make_experiment(db, args: Args):
+    return FakeExperiment(db, **dataclasses.asdict(args))

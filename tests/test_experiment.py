@@ -2,12 +2,13 @@
 
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tinyverse.errors import ExperimentError, ParamsMismatch, TinyverseError
-from tinyverse.experiment import Experiment, check_params, load_experiment
+from tinyverse.experiment import Experiment, load_experiment
 
 GOOD = """
     from dataclasses import dataclass
@@ -103,7 +104,21 @@ def test_syntax_error_names_the_line(tmp_path):
 
 def test_import_error_names_the_missing_module_and_the_fix(tmp_path):
     message = load_error(write(tmp_path, "import no_such_module_tv\n\ndef make_experiment(db): pass\n"))
-    assert "no_such_module_tv" in message and "install" in message
+    assert "needs no_such_module_tv" in message and "(pip install no_such_module_tv)" in message
+    assert "tinyverse[" not in message, "an arbitrary module is not in one of tinyverse's extras"
+
+
+def test_a_missing_submodule_suggests_its_top_level_package(tmp_path):
+    message = load_error(write(tmp_path, "import no_such_pkg_tv.sub\n", "sub.py"))
+    assert "needs no_such_pkg_tv" in message and "(pip install no_such_pkg_tv)" in message
+    assert "tinyverse[" not in message
+
+
+@pytest.mark.parametrize("module, extra", [("torch", "examples"), ("ale_py", "atari"), ("Box2D", "box2d")])
+def test_a_module_of_an_extra_suggests_the_extra(tmp_path, module, extra):
+    source = f'raise ModuleNotFoundError("No module named {module!r}", name={module!r})\n'
+    message = load_error(write(tmp_path, source, f"needs_{extra}.py"))
+    assert f"(pip install 'tinyverse[{extra}]')" in message
 
 
 def test_an_exception_at_import_time(tmp_path):
@@ -142,54 +157,6 @@ def test_experiment_errors_are_tinyverse_errors():
     assert issubclass(ExperimentError, TinyverseError) and issubclass(ParamsMismatch, TinyverseError)
 
 
-# -- check_params -----------------------------------------------------------------
-
-EXPECTED = {
-    "q.weight": np.zeros((4, 2), np.float32),
-    "q.bias": np.zeros(2, np.float32),
-    "steps": np.array(0, np.int64),
-}
-
-
-def mismatch(got: dict) -> str:
-    with pytest.raises(ParamsMismatch) as info:
-        check_params(EXPECTED, got, "sqlite:///x.db prefix p")
-    message = str(info.value)
-    assert "sqlite:///x.db prefix p" in message
-    assert "--prefix" in message and "clear --del-weights" in message, "the message says what to do"
-    assert "\n" not in message
-    return message
-
-
-def test_matching_params_pass():
-    check_params(EXPECTED, {k: np.ones_like(v) for k, v in EXPECTED.items()}, "db")
-    check_params({}, {}, "db")
-
-
-def test_wrong_shape_names_the_key_and_both_shapes():
-    got = {**EXPECTED, "q.weight": np.zeros((4, 3), np.float32)}
-    message = mismatch(got)
-    assert "q.weight" in message and "[4, 3]" in message and "[4, 2]" in message
-    assert "q.bias" not in message
-
-
-def test_wrong_dtype_names_the_key_and_both_dtypes():
-    message = mismatch({**EXPECTED, "q.bias": np.zeros(2, np.float64)})
-    assert "q.bias" in message and "float64" in message and "float32" in message
-
-
-def test_a_scalar_is_not_a_one_element_vector():
-    message = mismatch({**EXPECTED, "steps": np.zeros(1, np.int64)})
-    assert "steps" in message
-
-
-def test_missing_and_extra_keys_are_named():
-    got = {k: v for k, v in EXPECTED.items() if k != "q.bias"}
-    got["old.layer"] = np.zeros(1, np.float32)
-    message = mismatch(got)
-    assert "missing q.bias" in message and "unexpected old.layer" in message
-
-
 # -- the base class says what to implement -----------------------------------------
 
 
@@ -221,3 +188,116 @@ def test_the_rest_has_working_defaults():
     assert exp.session_info() == {}
     assert exp.prepare_training() is None
     assert isinstance(exp.session_length, int) and exp.session_length > 0
+
+
+# -- options: a dataclass that make_experiment takes, filled by --set ------------------
+
+OPTIONS = """
+    import dataclasses
+    import sys
+
+    sys.path.insert(0, {tests!r})
+    from fake_experiment import FakeExperiment
+
+
+    @dataclasses.dataclass
+    class Args:
+        session_length: int = 8
+        epsilon: float = 0.1
+        name: str = "fake"
+        greedy: bool = False
+        max_steps: int | None = 50
+        env_id: str | None = None
+
+        def __post_init__(self):  # a preset, applied where the option was left at None
+            if self.env_id == "short" and self.max_steps == 50:
+                self.max_steps = 5
+
+
+    def make_experiment(db, args: Args):
+        exp = FakeExperiment(db, session_length=args.session_length, epsilon=args.epsilon, max_steps=args.max_steps)
+        exp.args = args
+        return exp
+"""
+
+
+@pytest.fixture
+def options_file(tmp_path):
+    return write(tmp_path, OPTIONS.format(tests=str(Path(__file__).resolve().parent)), "with_options.py")
+
+
+def test_options_fill_the_dataclass_and_default_without_a_db(options_file):
+    exp = load_experiment(str(options_file), None, {"session_length": "5", "greedy": "yes", "max_steps": "none"})
+    assert exp.session_length == 5 and exp.args.greedy is True and exp.args.max_steps is None
+    assert exp.args.epsilon == 0.1 and exp.args.name == "fake"
+    assert load_experiment(str(options_file)).args.session_length == 8
+    assert load_experiment(str(options_file), None, {"env_id": "short"}).args.max_steps == 5
+
+
+@pytest.mark.parametrize("greedy", ["1", "true", "Yes", "on", "0", "false", "NO", "off"])
+def test_bool_options_take_the_usual_words(options_file, greedy):
+    exp = load_experiment(str(options_file), None, {"greedy": greedy})
+    assert exp.args.greedy is (greedy.lower() in ("1", "true", "yes", "on"))
+
+
+def test_the_first_worker_stores_its_options_and_later_ones_adopt_them(options_file, db):
+    first = load_experiment(str(options_file), db, {"session_length": "5", "name": "a=b"})
+    assert first.session_length == 5 and first.args.name == "a=b"
+    assert db.setting("options") == {
+        "session_length": 5,
+        "epsilon": 0.1,
+        "name": "a=b",
+        "greedy": False,
+        "max_steps": 50,
+        "env_id": None,
+    }
+    later = load_experiment(str(options_file), db)  # no --set: the run's options
+    assert later.session_length == 5 and later.args.name == "a=b"
+    same = load_experiment(str(options_file), db, {"session_length": "5", "epsilon": "0.1"})  # agreeing is fine
+    assert same.session_length == 5
+    with pytest.raises(ExperimentError) as info:
+        load_experiment(str(options_file), db, {"session_length": "6"})
+    message = str(info.value)
+    assert "session_length=6 conflicts with session_length=5" in message and db.prefix in message
+    assert "clear --all" in message and "\n" not in message
+    assert db.setting("options")["session_length"] == 5, "a refused worker changes nothing"
+
+
+def test_options_stored_by_another_experiment_are_refused(options_file, db):
+    db.claim("options", {"session_length": 8, "learning_rate": 0.1})
+    message = load_error_with(options_file, db, {})
+    assert "learning_rate" in message and "--prefix" in message
+
+
+def load_error_with(path, db, options) -> str:
+    with pytest.raises(ExperimentError) as info:
+        load_experiment(str(path), db, options)
+    message = str(info.value)
+    assert str(path) in message and "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        ({"sesion_length": "5"}, ["no option 'sesion_length'", "session_length, epsilon, name"]),
+        ({"session_length": "five"}, ["session_length='five'", "not a int"]),
+        ({"epsilon": "0.1.2"}, ["epsilon='0.1.2'", "not a float"]),
+        ({"greedy": "maybe"}, ["greedy='maybe'", "not a bool"]),
+        ({"max_steps": "lots"}, ["max_steps", "lots"]),
+    ],
+)
+def test_bad_options_are_one_line_errors(options_file, options, words):
+    with pytest.raises(ExperimentError) as info:
+        load_experiment(str(options_file), None, options)
+    message = str(info.value)
+    assert "\n" not in message
+    for w in words:
+        assert w in message, f"{w!r} not in {message!r}"
+
+
+def test_an_experiment_without_options_refuses_them(tmp_path):
+    path = write(tmp_path, GOOD)
+    message = load_error_with(path, None, {"lr": "0.5"})
+    assert "takes no options" in message and "dataclass" in message
+    assert load_experiment(str(path), None, {}).config.lr == 0.1

@@ -47,6 +47,18 @@ def wait_until(condition, what: str, timeout: float = 30.0):
         time.sleep(0.02)
 
 
+def wait_until_value(get, what: str, timeout: float = 30.0):
+    """Poll ``get`` until it returns something truthy; return that."""
+    found = []
+    wait_until(lambda: found.append(get()) or found[-1], what, timeout)
+    return found[-1]
+
+
+def trainer_waiting(db, why: str) -> dict | None:
+    """The heartbeat of a trainer whose ``waiting`` says ``why``, if any."""
+    return next((w for w in db.workers() if w["role"] == "trainer" and why in (w.get("waiting") or "")), None)
+
+
 def same_session(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]) for k in a)
 
@@ -138,11 +150,19 @@ def test_player_records_sessions_across_episode_boundaries(db, max_steps):
     stored, added = db.count_sessions()
     assert stored == added == B * rounds
     flat = [s for batch in spy.batches for s in batch]
-    for s in db.sample_sessions(10):
-        if "id" in s:  # the id the database gave it: sessions are numbered 1, 2, ... in the order added
-            sid = int(s.pop("id"))
-            assert same_session(s, flat[sid - 1]), f"session {sid} is not the one added as number {sid}"
-        assert any(same_session(s, f) for f in flat)
+    batch = db.get_batch(list(range(1, stored + 1)))  # sessions are numbered 1, 2, ... in the order added
+    assert batch["id"].tolist() == list(range(1, stored + 1))
+    for j, sid in enumerate(batch["id"].tolist()):
+        got = {k: np.asarray(v[j]) for k, v in batch.items() if k != "id"}
+        want = {k: np.asarray(v) for k, v in flat[sid - 1].items()}
+        assert same_session(got, want), f"session {sid} is not the one added as number {sid}"
+    sampled = db.sample_batch(10)
+    assert len(sampled["id"]) == 10 and sampled.keys() == batch.keys()
+    for j, sid in enumerate(sampled["id"].tolist()):
+        assert same_session(
+            {k: np.asarray(v[j]) for k, v in sampled.items() if k != "id"},
+            {k: np.asarray(v) for k, v in flat[sid - 1].items()},
+        )
 
 
 def test_player_resets_memory_when_an_episode_ends(db):
@@ -245,10 +265,11 @@ def test_trainer_waits_for_sessions_then_starts(db):
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     try:
-        wait_until(lambda: any(w["role"] == "trainer" for w in db.workers()), "the trainer to register")
-        # registered and waiting; it stays so while there are no sessions
+        # registered, and saying in its heartbeat what it waits for
+        waiting = wait_until_value(lambda: trainer_waiting(db, "for sessions"), "the trainer to wait for sessions")
         wait_until(lambda: db.params_version() is not None, "the trainer to store its initial params")
-        thread.join(timeout=0.5)
+        # still waiting a heartbeat later: heartbeats go on while it waits
+        wait_until(lambda: (trainer_waiting(db, "for sessions") or {}).get("time", 0) > waiting["time"], "a beat")
         assert thread.is_alive() and "error" not in outcome, outcome
         assert db.count_sessions()[0] == 0
     finally:
