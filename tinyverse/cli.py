@@ -25,31 +25,26 @@ from .launcher import run_fleet
 from .monitor import info_text, plot
 from .player import play
 from .trainer import train
-from .workers import HEARTBEAT_EVERY, stop_worker
-
-log = logging.getLogger("tinyverse")
+from .workers import stop_workers
 
 
 def mode_play(args):
     """Play B environments and record sessions into the database (runs until stopped)."""
-    db = _db(args)
-    exp = _exp(args, db)
+    exp = _exp(args, db := _db(args))
     play(exp, db, args.batch_size or exp.play_batch_size, args.rounds, args.sync_every, args.buffer_size, args.seed)
 
 
 def mode_train(args):
     """Train on sessions sampled from the database and publish params (runs until stopped)."""
-    db = _db(args)
-    exp = _exp(args, db)
+    exp = _exp(args, db := _db(args))
     b = args.batch_size or exp.train_batch_size
     train(exp, db, b, args.updates, args.save_every, args.buffer_size, logdir=args.logdir)
 
 
 def mode_run(args):
     """Start players and trainers on this machine, supervise them, stop them, then eval."""
-    db = _db(args)
-    exp = _exp(args, db)  # stores the run's options: the children adopt them
-    os.environ["TINYVERSE_DB"] = _url(args)  # children read it there: a password stays out of `ps`
+    exp = _exp(args, db := _db(args))  # the children adopt the options it stores
+    os.environ["TINYVERSE_DB"] = args.db  # children read it there: a password stays out of `ps`
     common = ["--prefix", db.prefix, "-q"] + (["--buffer-size", str(args.buffer_size)] if args.buffer_size else [])
     play_args = ["-b", str(args.batch_size or exp.play_batch_size), *common]
     train_args = ["-b", str(args.train_batch or exp.train_batch_size), *common]
@@ -70,35 +65,25 @@ def mode_clear(args):
     """Stop workers and/or delete sessions, params and metrics (--all: everything)."""
     picked = [args.del_sessions, args.del_weights, args.del_metrics, args.kill_players, args.kill_trainers]
     if not (args.all or any(picked)):
-        raise TinyverseError(
-            "say what to clear: --all, --del-sessions, --del-weights, --del-metrics, --kill-players or --kill-trainers"
-        )
+        raise TinyverseError("say what to clear: --all, --del-{sessions,weights,metrics} or --kill-{players,trainers}")
     dbs = _namespaces(args)
     if not dbs:
-        print(f"nothing to clear: no experiments in {masked(_url(args))}")
+        print(f"nothing to clear: no experiments in {masked(args.db)}")
     for db in dbs:
         roles = {r for r, on in (("player", args.kill_players), ("trainer", args.kill_trainers)) if on or args.all}
-        asked = [w["id"] for w in db.workers() if w.get("role") in roles and "asked" in _say(db, stop_worker(db, w))]
-        deadline = time.monotonic() + 3 * HEARTBEAT_EVERY  # remote workers stop at their next heartbeat:
-        while asked and time.monotonic() < deadline:  # let them go before their data does
-            time.sleep(0.2)
-            asked = [i for i in asked if i in {w["id"] for w in db.workers()}]
+        for line in stop_workers(db, roles):
+            print(f"{db.prefix}: {line}")
         what = dict(sessions=args.del_sessions, params=args.del_weights, metrics=args.del_metrics)
         what = {k: v or args.all for k, v in what.items()}
         db.clear(**what, workers=args.all)
         print(f"{db.prefix}: cleared {', '.join(k for k, v in what.items() if v) or 'no data'}")
 
 
-def _say(db, line: str) -> str:
-    print(f"{db.prefix}: {line}")
-    return line
-
-
 def mode_info(args):
     """Dashboard: sessions, params and their age, the pace, live workers with their lag, returns, training."""
     while True:
         dbs = _namespaces(args)
-        text = "\n".join(info_text(db, args.last) for db in dbs) or f"no experiments in {masked(_url(args))}"
+        text = "\n".join(info_text(db, args.last) for db in dbs) or f"no experiments in {masked(args.db)}"
         if not args.watch:
             print(text)
             return
@@ -117,16 +102,12 @@ MODES |= {"clear": mode_clear, "info": mode_info, "plot": mode_plot}
 NEEDS_EXPERIMENT = {"play", "train", "run", "eval"}
 
 
-def _url(args) -> str:
-    return args.db or os.environ.get("TINYVERSE_DB") or DEFAULT_URL
-
-
 def _db(args, retry_for=None, create=True):
-    return connect(_url(args), args.prefix, retry_for=retry_for, create=create)
+    return connect(args.db, args.prefix, retry_for=retry_for, create=create)
 
 
 def _exp(args, db):
-    return load_experiment(args.experiment, db, dict(args.options))
+    return load_experiment(args.experiment, db, dict(args.options))  # stores the run's options if new
 
 
 def _namespaces(args):
@@ -134,7 +115,7 @@ def _namespaces(args):
     db = _db(args, retry_for=5, create=False)
     if args.experiment or args.prefix_given:
         return [db]
-    found = [connect(_url(args), p, retry_for=5) for p in db.namespaces()]
+    found = [connect(args.db, p, retry_for=5) for p in db.namespaces()]
     return [d for d in found if d.count_sessions()[1] or d.params_version() is not None or d.workers()]
 
 
@@ -146,17 +127,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _count(least: int):
-    def parse(text: str) -> int:
-        try:
-            n = int(text)
-        except ValueError:
-            n = least - 1
-        if n < least:
+    def count(text: str) -> int:
+        if not text.strip().lstrip("-").isdigit() or int(text) < least:
             raise argparse.ArgumentTypeError(f"want a whole number of at least {least}, got {text!r}")
-        return n
+        return int(text)
 
-    parse.__name__ = "count"
-    return parse
+    return count
 
 
 def _option(text: str) -> tuple[str, str]:
@@ -174,9 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--port", type=int, help="Redis port (default 6379)")
     g.add_argument("--password", help="Redis password")
     g.add_argument("--prefix", "--key-prefix", help="namespace in the database (default: the experiment's name)")
-    g = common.add_argument_group("output")
-    g.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
-    g.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    common.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    common.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
     experiment = argparse.ArgumentParser(add_help=False)
     g = experiment.add_argument_group("experiment")
     g.add_argument("--set", dest="options", metavar="NAME=VALUE", type=_option, action="append", default=[],
@@ -228,8 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     p["clear"].add_argument("--del-weights", "--del-params", action="store_true", help="delete params")
     p["clear"].add_argument("--del-metrics", action="store_true", help="delete returns and trainer metrics")
     for role in ("players", "trainers"):
-        help = f"stop this machine's {role}, and ask those on other machines to stop"
-        p["clear"].add_argument(f"--kill-{role}", action="store_true", help=help)
+        stop = f"stop this machine's {role}, and ask those on other machines to stop"
+        p["clear"].add_argument(f"--kill-{role}", action="store_true", help=stop)
     return parser
 
 
@@ -247,6 +222,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if args.host or args.port or args.password:
         auth = f":{quote(args.password, safe='')}@" if args.password else ""
         args.db = f"redis://{auth}{args.host or 'localhost'}:{args.port or 6379}/0"
+    args.db = args.db or os.environ.get("TINYVERSE_DB") or DEFAULT_URL
     return args
 
 

@@ -26,7 +26,7 @@ MAGIC = b"TVR1"
 _LEN = struct.Struct("<I")
 _KINDS = set("biufc")  # bool, signed, unsigned, float, complex: nothing that holds objects
 COMPRESS_MIN_BYTES = 4096
-MAX_ZEROS_BYTES = 2**30  # a tiny foreign record must not declare a huge array of zeros
+MAX_BYTES = 2**30  # a tiny foreign record must not declare a huge array of zeros or of zlib data
 _HEADERS: dict[bytes, list] = {}  # header bytes -> validated [(name, dtype, shape, codec, size, nbytes)]
 
 
@@ -69,7 +69,11 @@ def _parse(head: bytes) -> list:
         nbytes = math.prod(shape) * dt.itemsize
         if codec not in ("raw", "zeros", "zlib"):
             raise ValueError(f"unknown codec {codec!r}")
-        if (codec == "raw" and size != nbytes) or (codec == "zeros" and (size or nbytes > MAX_ZEROS_BYTES)):
+        if (
+            (codec == "raw" and size != nbytes)
+            or (codec == "zeros" and size)
+            or (codec != "raw" and nbytes > MAX_BYTES)
+        ):
             raise ValueError(f"{codec} array {name!r} of {nbytes} bytes cannot take {size} bytes")
         spec.append((str(name), dt, shape, codec, size, nbytes))
     if len(_HEADERS) < 1024:
@@ -106,21 +110,10 @@ _ERRORS = (ValueError, TypeError, KeyError, struct.error, zlib.error, RecursionE
 
 def decode(data: bytes) -> dict[str, np.ndarray]:
     """Decode bytes made by :func:`encode`; raise RecordError on anything else."""
-    try:
-        head, spec = _split(data)
-        view, pos, out = memoryview(data), 8 + len(head), {}
-        for name, dt, shape, codec, size, nbytes in spec:
-            raw = view[pos : pos + size]
-            pos += size
-            if codec == "zeros":
-                out[name] = np.zeros(shape, dt)
-                continue
-            if codec == "zlib":
-                raw = _inflate(raw, nbytes)
-            out[name] = np.frombuffer(raw, dtype=dt).reshape(shape).copy()
-        return out
-    except _ERRORS as e:
-        raise RecordError(f"corrupt or foreign record ({e})") from None
+    out, _, errors = decode_batch([data])
+    if errors:
+        raise RecordError(errors[0][1])
+    return {k: v[0, ...] for k, v in out.items()}  # [0, ...]: 0-d arrays stay arrays
 
 
 def layout(arrays: dict[str, np.ndarray]) -> list:

@@ -15,7 +15,7 @@ def _age(seconds: float) -> str:
 def info_text(db, last: int = 100) -> str:
     """The dashboard of one namespace as text."""
     stored, added = db.count_sessions()
-    version, saved = db.params_version(), db.params_time()
+    version, saved = db.params_version(saved=True) or (None, None)
     workers = db.workers()
     lines = [f"[{db.prefix}] {db.url}"]
     if not (added or version or workers):

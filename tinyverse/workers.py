@@ -194,3 +194,18 @@ def stop_worker(db: Database, worker: dict, timeout: float = 10.0) -> str:
         time.sleep(0.1)
     p.kill()
     return f"killed {name} (it did not stop within {timeout:.0f}s)"
+
+
+def stop_workers(db: Database, roles: set[str]) -> list[str]:
+    """Stop every registered worker of ``roles``; say what was done for each.
+
+    Workers on other machines stop at their next heartbeat: wait a little for
+    them to leave, so that a ``clear`` that follows does not race their last writes.
+    """
+    said = [stop_worker(db, w) for w in db.workers() if w.get("role") in roles]
+    asked = {w["id"] for w in db.workers() if w.get("role") in roles and db.stop_requested(w["id"])}
+    deadline = time.monotonic() + 3 * HEARTBEAT_EVERY
+    while asked and time.monotonic() < deadline:
+        time.sleep(0.2)
+        asked &= {w["id"] for w in db.workers()}
+    return said

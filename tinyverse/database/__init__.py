@@ -2,8 +2,8 @@
 
 import os
 
-from ..errors import DatabaseError
-from .base import Database, masked
+from ..errors import DatabaseError, masked
+from .base import Database
 
 DEFAULT_URL = "sqlite:///tinyverse.db"
 

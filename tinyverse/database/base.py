@@ -1,19 +1,14 @@
 """The database contract that players, trainers and tools share.
 
-A backend implements a few ``_primitives`` (each one or two native calls) and
-inherits everything else: encoding, decoding, removing corrupt records,
-waiting out an unreachable server with backoff. Every backend runs the same
-conformance suite, ``tests/test_database.py``.
-
-Stored per namespace (``prefix``):
-
-- sessions: a ring of encoded sessions with ids 1, 2, 3, ...; an append evicts
-  the oldest beyond the stored capacity; sampling draws ids uniformly from the
-  stored range, so its cost does not depend on how many are stored;
-- params: one encoded params set with a version that only grows;
-- workers: JSON heartbeats that expire; metrics: bounded JSON lists by kind;
-- meta: small settings and counters (capacity, options, session layout,
-  trainer updates, corrupt records removed, stop requests).
+A backend implements the ``_primitives`` at the bottom and inherits the rest:
+encoding, decoding, removing corrupt records, waiting out an unreachable server.
+Every backend runs one conformance suite, ``tests/test_database.py``. Stored per
+namespace (``prefix``): sessions, a ring with ids 1, 2, 3, ... (an append evicts
+the oldest beyond the capacity; sampling draws ids uniformly from the stored
+range, at a cost that does not depend on how many are stored); params, with a
+version that only grows; workers, JSON heartbeats that expire; metrics, bounded
+JSON lists by kind; meta, settings and counters (capacity, options, session
+layout, trainer updates, corrupt records removed, stop requests).
 """
 
 import json
@@ -21,15 +16,13 @@ import logging
 import random
 import re
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 import numpy as np
 
 from ..encoding import decode, decode_batch, encode
-from ..errors import DatabaseError, RecordError
+from ..errors import DatabaseError, RecordError, masked
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +32,7 @@ METRICS_LIMIT = 100_000  # records kept per metrics kind
 STOP_TTL = 600.0  # seconds a stop request waits for its worker
 
 
-def masked(url: str) -> str:
-    """``url`` with its password replaced by ``***``: safe to print."""
-    parts = urlsplit(url)
-    return url if parts.password is None else url.replace(f":{parts.password}@", ":***@", 1)
-
-
-class Database(ABC):
+class Database:
     """Sessions, params, workers and metrics of one namespace."""
 
     def __init__(self, url: str, prefix: str = "tinyverse", retry_for: float | None = None):
@@ -124,12 +111,8 @@ class Database(ABC):
             self._call(self._incr_meta, "corrupt", len(bad))
             self._warn("corrupt", "removed %d corrupt sessions from %s (%s)", len(bad), self.prefix, errors[0][1])
         if len(kept) + len(errors) < len(rows):
-            self._warn(
-                "layout",
-                "skipped sessions of another layout in %s: delete them with python -m tinyverse EXP clear "
-                "--del-sessions, or use another --prefix",
-                self.prefix,
-            )
+            fix = "delete them with python -m tinyverse EXP clear --del-sessions, or use another --prefix"
+            self._warn("layout", "skipped sessions of another layout in %s: %s", self.prefix, fix)
         if batch:
             batch["id"] = np.array([rows[j][0] for j in kept], np.int64)
         return batch
@@ -148,14 +131,11 @@ class Database(ABC):
             raise DatabaseError(f"buffer size must be positive, got {capacity}")
         old = self.capacity()
         self._call(self._set_meta, "capacity", str(int(capacity)), False)
-        if old is not None and old != capacity:
-            log.warning(
-                "buffer size of %s changed from %d to %d sessions, for every worker", self.prefix, old, capacity
-            )
+        if old not in (None, capacity):
+            log.warning("buffer size of %s: %d sessions, was %d (for every worker)", self.prefix, capacity, old)
 
     def capacity(self) -> int | None:
-        value = self._call(self._get_meta, "capacity")
-        return None if value is None else int(value)
+        return None if (value := self._call(self._get_meta, "capacity")) is None else int(value)
 
     def claim(self, key: str, value: Any) -> Any:
         """Store ``value`` (as JSON) under ``key`` unless one is stored; return the stored one."""
@@ -200,14 +180,10 @@ class Database(ABC):
                 "--del-weights (a trainer then starts from a random init)"
             ) from None
 
-    def params_version(self) -> int | None:
+    def params_version(self, saved: bool = False) -> int | None | tuple[int, float]:
+        """The stored params' version, or (version, Unix time saved) with ``saved``; None if none."""
         found = self._call(self._params_version)
-        return None if found is None else found[0]
-
-    def params_time(self) -> float | None:
-        """When the stored params were saved (Unix time), or None."""
-        found = self._call(self._params_version)
-        return None if found is None else found[1]
+        return found if found is None or saved else found[0]
 
     # -- workers ----------------------------------------------------------------
     def heartbeat(self, worker_id: str, info: dict, ttl: float = 10.0) -> None:
@@ -248,49 +224,26 @@ class Database(ABC):
         """Every prefix that has data in this database."""
         return sorted(self._call(self._namespaces))
 
-    def close(self) -> None:  # noqa: B027 - backends without connections need nothing
+    def close(self) -> None:
         """Release connections."""
 
-    # -- what a backend implements ----------------------------------------------
-    @abstractmethod
-    def _is_transient(self, error: Exception) -> bool:
-        """True for errors worth waiting out: server down, database locked."""
-
-    @abstractmethod
+    # -- what a backend implements: every one, each in one or two native calls ---
+    def _is_transient(self, error: Exception) -> bool: ...  # server down, database locked: worth waiting out
     def _add(self, blobs: list[bytes], capacity: int) -> None: ...
-    @abstractmethod
     def _range(self) -> tuple[int, int]: ...
-    @abstractmethod
     def _get(self, ids: list[int]) -> dict[int, bytes]: ...
-    @abstractmethod
     def _delete(self, ids: list[int]) -> None: ...
-    @abstractmethod
     def _count(self) -> tuple[int, int]: ...
-    @abstractmethod
-    def _set_meta(self, key: str, value: str | None, if_absent: bool) -> None:
-        """Set (None: delete) a meta key; with ``if_absent`` keep one that is set."""
-
-    @abstractmethod
+    def _set_meta(self, key: str, value: str | None, if_absent: bool) -> None: ...  # None: delete
     def _get_meta(self, key: str) -> str | None: ...
-    @abstractmethod
     def _incr_meta(self, key: str, n: int) -> int: ...
-    @abstractmethod
     def _save_params(self, blob: bytes, min_version: int, if_absent: bool) -> int | None: ...
-    @abstractmethod
     def _load_params(self) -> tuple[int, bytes] | None: ...
-    @abstractmethod
     def _params_version(self) -> tuple[int, float] | None: ...
-    @abstractmethod
     def _heartbeat(self, worker_id: str, info: str, ttl: float) -> None: ...
-    @abstractmethod
     def _workers(self) -> list[str]: ...
-    @abstractmethod
     def _remove_worker(self, worker_id: str) -> None: ...
-    @abstractmethod
     def _add_metrics(self, kind: str, records: list[str], limit: int) -> None: ...
-    @abstractmethod
     def _metrics(self, kind: str, last: int) -> list[str]: ...
-    @abstractmethod
     def _clear(self, what: set[str]) -> None: ...
-    @abstractmethod
     def _namespaces(self) -> list[str]: ...

@@ -7,6 +7,7 @@ session and only the oldest are deleted, so the stored ids are exactly
 ``min(id)..max(id)`` and sampling picks ids in that range.
 """
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -53,8 +54,18 @@ class SQLiteDatabase(Database):
             self._local.conn = conn
         return conn
 
+    @contextlib.contextmanager
     def _write(self):
-        return _Transaction(self.db)
+        """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on error."""
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
 
     def _call(self, fn, *args):
         try:
@@ -176,20 +187,3 @@ class SQLiteDatabase(Database):
         if conn is not None:
             conn.close()
             self._local.conn = None
-
-
-class _Transaction:
-    """``with`` block around ``BEGIN IMMEDIATE`` ... ``COMMIT`` (rolled back on error)."""
-
-    def __init__(self, db: sqlite3.Connection):
-        self.db = db
-
-    def __enter__(self) -> sqlite3.Connection:
-        self.db.execute("BEGIN IMMEDIATE")
-        return self.db
-
-    def __exit__(self, kind, value, tb):
-        if kind is None:
-            self.db.execute("COMMIT")
-        elif self.db.in_transaction:
-            self.db.execute("ROLLBACK")
