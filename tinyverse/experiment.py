@@ -36,6 +36,8 @@ from .errors import ExperimentError
 log = logging.getLogger(__name__)
 EXTRAS = {"torch": "examples", "ale_py": "atari", "Box2D": "box2d", "matplotlib": "plot", "imageio": "video"}
 Arrays = dict[str, np.ndarray]
+AFRESH = "use another --prefix, or start afresh with python -m tinyverse EXP clear --all"
+BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 
 class Experiment:
@@ -192,16 +194,13 @@ def resolve_options(factory, path: str, db, given: dict[str, str]):
         chosen[key] = _parse(key, text, hints[key])
     stored = None if db is None else db.setting("options")
     if stored is not None:
-        if stored.keys() - set(fields):
-            raise ExperimentError(
-                f"options stored in prefix {db.prefix} ({', '.join(sorted(stored.keys() - set(fields)))}) are not "
-                f"options of {path}: use another --prefix, or start afresh with clear --all"
-            )
+        for key in stored.keys() - set(fields):
+            raise ExperimentError(f"{path} has no option {key!r}, stored in prefix {db.prefix}: {AFRESH}")
         for key, value in chosen.items():
             if key in stored and stored[key] != value:
                 raise ExperimentError(
                     f"option {key}={value!r} conflicts with {key}={stored[key]!r}, stored in prefix {db.prefix} by "
-                    f"the run's first worker: drop --set {key}, use another --prefix, or start afresh with clear --all"
+                    f"the run's first worker: drop --set {key}, {AFRESH}"
                 )
         chosen = {**stored, **chosen}
     args = kind(**chosen)
@@ -213,29 +212,14 @@ def resolve_options(factory, path: str, db, given: dict[str, str]):
 
 
 def _parse(key: str, text: str, hint):
-    """``text`` as the field's type: bool, int, float or str, or None for an optional field."""
-    kinds = [k for k in typing.get_args(hint) if k is not type(None)] if _is_union(hint) else [hint]
-    if _is_union(hint) and text.lower() == "none":
+    """``text`` as the field's type: bool, int, float or str ("none" for an optional field)."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    kinds = [k for k in typing.get_args(hint) if k is not type(None)] if union else [hint]
+    if union and text.lower() == "none":
         return None
-    kind = kinds[0] if len(kinds) == 1 else None
+    if len(kinds) != 1 or kinds[0] not in (bool, int, float, str):
+        raise ExperimentError(f"option {key} has type {hint}: only bool, int, float and str options can be set")
     try:
-        if kind is bool:
-            return {
-                "1": True,
-                "true": True,
-                "yes": True,
-                "on": True,
-                "0": False,
-                "false": False,
-                "no": False,
-                "off": False,
-            }[text.lower()]
-        if kind in (int, float, str):
-            return kind(text)
+        return BOOLS[text.lower()] if kinds[0] is bool else kinds[0](text)
     except (KeyError, ValueError):
-        raise ExperimentError(f"option {key}={text!r}: not a {kind.__name__}") from None
-    raise ExperimentError(f"option {key} has type {hint}: only bool, int, float and str options can be set")
-
-
-def _is_union(hint) -> bool:
-    return typing.get_origin(hint) in (typing.Union, types.UnionType)
+        raise ExperimentError(f"option {key}={text!r}: not a {kinds[0].__name__}") from None

@@ -67,29 +67,31 @@ def play(
                     version = sync_params(exp, db, version, reseed=True)
                 if not worker.wait(flag, pace.player_waits, follow):
                     break
-                rec = _Recorder(obs, memory, T)
-                finished = []
+                rec, finished = _round(obs, memory, T), []
                 for t in range(T):
                     actions, memory = exp.act(obs, memory)
                     actions = np.asarray(actions)
+                    if rec["actions"] is None:
+                        rec["actions"] = np.zeros((batch_size, T, *actions.shape[1:]), actions.dtype)
+                    rec["actions"][:, t] = actions
                     for i, env in enumerate(envs):
                         o, r, term, trunc, _ = env.step(actions[i])
                         ep_return[i] += r
                         ep_length[i] += 1
-                        rec.tick(i, t, actions[i], r, term, trunc)
+                        rec["rewards"][i, t], rec["terminated"][i, t], rec["truncated"][i, t] = r, term, trunc
                         if term or trunc:
-                            rec.final(i, t, o)
+                            rec["final_observations"][i, t] = o
                             finished.append({"return": float(ep_return[i]), "length": int(ep_length[i])})
                             ep_return[i], ep_length[i] = 0, 0
                             o, _ = env.reset()
                             for k, v in exp.initial_memory(1).items():
                                 memory[k][i] = v[0]
                         obs[i] = o
-                    rec.obs[:, t + 1] = obs
+                    rec["observations"][:, t + 1] = obs
                 steps += T * batch_size
                 info = {f"info.{k}": np.float64(v) for k, v in exp.session_info().items()}
                 meta = {"version": np.int64(version or 0), "worker": tag, **info}
-                batch = rec.sessions(meta)
+                batch = [{**{k: v[i] for k, v in rec.items()}, **meta} for i in range(batch_size)]
                 if capacity is None:  # the first round: the capacity to store if none is, and the layout
                     capacity = default_capacity(exp, sum(a.nbytes for a in batch[0].values()))
                     mine, stored_layout = layout(batch[0]), db.claim("layout", layout(batch[0]))
@@ -132,41 +134,14 @@ def _differ(stored: list, mine: list) -> str:
     return "same arrays in another order"
 
 
-class _Recorder:
-    """Preallocated arrays for one round of B sessions."""
-
-    def __init__(self, obs: np.ndarray, memory: dict, T: int):
-        B = len(obs)
-        self.obs = np.zeros((B, T + 1, *obs.shape[1:]), obs.dtype)
-        self.obs[:, 0] = obs
-        self.final_obs = np.zeros((B, T, *obs.shape[1:]), obs.dtype)
-        self.actions = None
-        self.rewards = np.zeros((B, T), np.float32)
-        self.terminated = np.zeros((B, T), bool)
-        self.truncated = np.zeros((B, T), bool)
-        self.memory = {f"memory.{k}": np.array(v) for k, v in memory.items()}
-        self.T = T
-
-    def tick(self, i, t, action, reward, terminated, truncated):
-        if self.actions is None:
-            a = np.asarray(action)
-            self.actions = np.zeros((len(self.obs), self.T, *a.shape), a.dtype)
-        self.actions[i, t] = action
-        self.rewards[i, t] = reward
-        self.terminated[i, t] = terminated
-        self.truncated[i, t] = truncated
-
-    def final(self, i, t, observation):
-        self.final_obs[i, t] = observation
-
-    def sessions(self, meta: dict) -> list[dict[str, np.ndarray]]:
-        arrays = {
-            "observations": self.obs,
-            "final_observations": self.final_obs,
-            "actions": self.actions,
-            "rewards": self.rewards,
-            "terminated": self.terminated,
-            "truncated": self.truncated,
-            **self.memory,
-        }
-        return [{**{k: v[i] for k, v in arrays.items()}, **meta} for i in range(len(self.obs))]
+def _round(obs: np.ndarray, memory: dict, T: int) -> dict[str, np.ndarray]:
+    """Preallocated arrays of one round of B sessions; ``actions`` come with the first act."""
+    B, shape = len(obs), obs.shape[1:]
+    rec = {
+        "observations": np.zeros((B, T + 1, *shape), obs.dtype),
+        "final_observations": np.zeros((B, T, *shape), obs.dtype),
+    }
+    rec |= {"actions": None, "rewards": np.zeros((B, T), np.float32)}
+    rec |= {"terminated": np.zeros((B, T), bool), "truncated": np.zeros((B, T), bool)}
+    rec["observations"][:, 0] = obs
+    return rec | {f"memory.{k}": np.array(v) for k, v in memory.items()}

@@ -1,5 +1,6 @@
 """The train loop: sample sessions (in the background), train at the pace, publish params."""
 
+import contextlib
 import itertools
 import logging
 import queue
@@ -27,10 +28,9 @@ class Prefetcher:
     """
 
     def __init__(self, exp: Experiment, db: Database, batch_size: int, depth: int = 2):
-        self.exp, self.db, self.batch_size = exp, db, batch_size
+        self.exp, self.db, self.batch_size, self.done = exp, db, batch_size, False
         self.queue: queue.Queue = queue.Queue(maxsize=max(depth, 1))
         self.error: BaseException | None = None
-        self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, name="prefetch", daemon=True) if depth > 0 else None
         if self.thread:
             self.thread.start()
@@ -41,17 +41,12 @@ class Prefetcher:
 
     def _run(self):
         try:
-            while not self.done.is_set():
+            while not self.done:
                 batch = self._fetch()
                 if batch is None:
                     time.sleep(0.05)
-                    continue
-                while not self.done.is_set():
-                    try:
-                        self.queue.put(batch, timeout=0.1)
-                        break
-                    except queue.Full:
-                        pass
+                else:
+                    self.queue.put(batch)  # waits while full; close() drains the queue to end the wait
         except BaseException as e:  # handed to the training thread, raised there
             self.error = e
 
@@ -67,9 +62,11 @@ class Prefetcher:
             return None
 
     def close(self):
-        self.done.set()
-        if self.thread:
-            self.thread.join(timeout=5)
+        self.done, deadline = True, time.monotonic() + 5
+        while self.thread and self.thread.is_alive() and time.monotonic() < deadline:
+            with contextlib.suppress(queue.Empty):
+                self.queue.get_nowait()
+            self.thread.join(0.05)
 
 
 def check_layout(exp: Experiment, db: Database) -> list | None:
