@@ -1,8 +1,8 @@
 """Operating a fleet: run, remote stop, info, plot and TensorBoard files, through real processes."""
 
 import os
+import re
 import signal
-import struct
 import subprocess
 import sys
 import time
@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT, run_cli
 
 from tinyverse.database import connect
-from tinyverse.monitor import EventWriter, crc32c, info_text
+from tinyverse.monitor import info_text
 
 FAKE = ROOT / "tests" / "fake_experiment.py"
 
@@ -30,28 +30,50 @@ def wait_for(condition, timeout=60.0, what="condition"):
 
 def test_run_stops_after_steps_publishes_and_evaluates(tmp_path):
     url = f"sqlite:///{tmp_path / 'fleet.db'}"
-    out = run_cli(FAKE, "run", "--players", "2", "-n", "1500", "--eval-episodes", "2", "--db", url, cwd=tmp_path)
+    # the pace ties the trainer to the players: reaching the steps takes updates, whichever side is faster
+    progress = tmp_path / "progress"  # the trainer's count of its updates, written by every train_step
+    pace = ["--set", "updates_per_step=0.25", "--set", "pace_slack=32", "--set", f"progress={progress}"]
+    out = run_cli(FAKE, "run", "--players", "2", "-n", "1500", "--eval-episodes", "2", *pace, "--db", url, cwd=tmp_path)
     assert "run stopped: reached" in out.stdout
-    assert "mean return" in out.stdout and out.stdout.count("episode ") == 2
     db = connect(url, "fake_experiment")
-    assert db.count_sessions()[1] * 8 >= 1500
+    played = db.count_sessions()[1] * 8
+    assert played >= 1500
     assert db.workers() == []  # every worker left cleanly
-    version, params = db.load_params()  # (test_run_ctrl_c checks that trained params get published)
-    # run again: it continues from what is stored
-    run_cli(FAKE, "run", "-n", "200", "--eval-episodes", "0", "--db", url, cwd=tmp_path)
+    version, params = db.load_params()
+    updates = int(params["updates"][0])
+    assert updates == int(progress.read_text()), "the trainer's warm stop publishes every update it made"
+    assert updates <= db.counter("updates") <= updates + 1  # +1: see test_a_stopped_trainer_counts_only_its_updates
+    # each of the 2 players may be one round (2 sessions of 8) past the slack
+    assert updates >= 0.25 * (played - 32 - 2 * 2 * 8)
+    # the final eval: 2 episodes, with the params the trainers published last
+    assert re.findall(r"^episode (\d)/2: return", out.stdout, re.M) == ["1", "2"]
+    assert re.search(rf"^mean return \S+ ± \S+ over 2 episodes \(params v{version}\)$", out.stdout, re.M), out.stdout
+    # run again, adopting the stored options: it continues from what is stored
+    again = run_cli(FAKE, "run", "-n", "200", "--eval-episodes", "0", "--db", url, cwd=tmp_path)
+    assert "mean return" not in again.stdout, "--eval-episodes 0: no eval"
     assert db.params_version() > version
-    assert db.load_params()[1]["updates"][0] >= params["updates"][0]
+    resumed = int(db.load_params()[1]["updates"][0])
+    assert resumed == int(progress.read_text()) > updates, "the second run resumed from the first run's params"
+    assert np.array_equal(db.load_params()[1]["w"], params["w"])
 
 
-def test_run_stops_at_target_return(tmp_path):
+@pytest.mark.parametrize("target, reached", [(5.0, True), (5.5, False)])
+def test_run_stops_at_target_return(tmp_path, target, reached):
+    # episodes are truncated after 5 steps (CartPole cannot fall that fast): every return is 5
     url = f"sqlite:///{tmp_path / 'fleet.db'}"
-    out = run_cli(FAKE, "run", "--target-return", "1", "--eval-episodes", "0", "--db", url, cwd=tmp_path)
-    assert "reached the target 1.0" in out.stdout
+    args = ["--target-return", target, "-n", "3000", "--eval-episodes", "0", "--set", "max_steps=5"]
+    out = run_cli(FAKE, "run", *args, "--db", url, cwd=tmp_path)
+    returns = [m["return"] for m in connect(url, "fake_experiment").metrics("episodes")]
+    assert len(returns) >= 20 and set(returns) == {5.0}
+    if reached:
+        assert f"run stopped: recent mean return 5.0 reached the target {target}" in out.stdout
+    else:
+        assert "run stopped: reached" in out.stdout and "target" not in out.stdout
 
 
 def test_run_restarts_a_crashing_worker_then_gives_up(tmp_path):
     url = f"sqlite:///{tmp_path / 'fleet.db'}"
-    out = run_cli(FAKE, "run", "--max-crashes", "2", "--db", url, cwd=tmp_path, env={"FAKE_FAIL_AT": "1"}, check=False)
+    out = run_cli(FAKE, "run", "--max-crashes", "2", "--set", "fail_at=1", "--db", url, cwd=tmp_path, check=False)
     assert out.returncode == 1
     assert "trainer-0 exited with code 1; restarting in 1s" in out.stderr
     assert "restarting trainer-0" in out.stderr
@@ -65,7 +87,9 @@ def test_run_restarts_a_crashing_worker_then_gives_up(tmp_path):
 def test_run_ctrl_c_stops_every_worker(tmp_path):
     url = f"sqlite:///{tmp_path / 'fleet.db'}"
     env = {**os.environ, "SDL_VIDEODRIVER": "dummy"}
-    cmd = [sys.executable, "-m", "tinyverse", str(FAKE), "run", "--players", "2", "--db", url]
+    progress = tmp_path / "progress"
+    cmd = [sys.executable, "-m", "tinyverse", str(FAKE), "run", "--players", "2", "--set", f"progress={progress}"]
+    cmd += ["--db", url]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         db = connect(url, "fake_experiment")
@@ -80,7 +104,13 @@ def test_run_ctrl_c_stops_every_worker(tmp_path):
     for w in workers:  # every child exited
         assert not Path(f"/proc/{w['pid']}").exists() or "Z" in Path(f"/proc/{w['pid']}/stat").read_text().split()[2]
     assert db.workers() == []
-    assert db.load_params()[1]["updates"][0] > 0
+    updates = int(db.load_params()[1]["updates"][0])
+    assert updates > 0
+    # Ctrl-C's warm stop publishes every update made, not just those of the last periodic save
+    assert updates == int(progress.read_text())
+    assert updates <= db.counter("updates") <= updates + 1  # +1: see test_a_stopped_trainer_counts_only_its_updates
+    # the final eval runs after an interrupt too, with the params published on the way out
+    assert re.search(rf"^mean return .* over 10 episodes \(params v{db.params_version()}\)$", out, re.M), out
 
 
 def test_a_worker_asked_to_stop_through_the_database_stops(tmp_path, db_url, prefix):
@@ -105,7 +135,7 @@ def test_info_shows_the_fleet(tmp_path):
     url = f"sqlite:///{tmp_path / 'info.db'}"
     empty = run_cli("info", "--db", url, cwd=tmp_path)
     assert "no experiments" in empty.stdout
-    run_cli(FAKE, "play", "-n", "20", "--db", url, cwd=tmp_path, env={"FAKE_MAX_STEPS": "20"})  # episodes end
+    run_cli(FAKE, "play", "-n", "20", "--set", "max_steps=20", "--db", url, cwd=tmp_path)  # episodes end
     db = connect(url, "fake_experiment")
     db.heartbeat(
         "trainer-x",
@@ -141,7 +171,7 @@ def test_plot_writes_a_png(tmp_path):
     url = f"sqlite:///{tmp_path / 'plot.db'}"
     missing = run_cli(FAKE, "plot", "--db", url, cwd=tmp_path, check=False)
     assert missing.returncode == 1 and "no episode returns stored" in missing.stderr
-    run_cli(FAKE, "play", "-n", "30", "--db", url, cwd=tmp_path, env={"FAKE_MAX_STEPS": "20"})
+    run_cli(FAKE, "play", "-n", "30", "--set", "max_steps=20", "--db", url, cwd=tmp_path)
     run_cli(FAKE, "train", "-n", "20", "--db", url, cwd=tmp_path)
     out = run_cli(FAKE, "plot", "-o", "curve.png", "--db", url, cwd=tmp_path)
     png = (tmp_path / "curve.png").read_bytes()
@@ -149,60 +179,23 @@ def test_plot_writes_a_png(tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
 
 
-def read_events(path: Path) -> list[bytes]:
-    """Read a TFRecord file, checking both masked CRCs of every record."""
-
-    def masked(data):
-        c = crc32c(data)
-        return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-    data, pos, records = path.read_bytes(), 0, []
-    while pos < len(data):
-        (n,) = struct.unpack_from("<Q", data, pos)
-        assert struct.unpack_from("<I", data, pos + 8)[0] == masked(data[pos : pos + 8])
-        body = data[pos + 12 : pos + 12 + n]
-        assert struct.unpack_from("<I", data, pos + 12 + n)[0] == masked(body)
-        records.append(body)
-        pos += 16 + n
-    return records
-
-
-def test_crc32c_matches_the_standard_check_value():
-    assert crc32c(b"123456789") == 0xE3069283
-
-
-def test_event_writer_writes_scalar_records(tmp_path):
-    w = EventWriter(str(tmp_path))
-    w.scalars({"train/loss": 0.5}, step=300)
-    w.close()
-    (path,) = tmp_path.glob("events.out.tfevents.*")
-    first, second = read_events(path)
-    assert first.endswith(b"brain.Event:2")
-    assert b"\x10" + bytes([300 & 0x7F | 0x80, 300 >> 7]) in second  # step 300 as a varint
-    assert b"train/loss" in second and struct.pack("<f", 0.5) in second
-
-
-def test_trainer_logdir_writes_tensorboard_events(tmp_path):
-    url = f"sqlite:///{tmp_path / 'tb.db'}"
-    run_cli(FAKE, "play", "-n", "10", "--db", url, cwd=tmp_path, env={"FAKE_MAX_STEPS": "20"})
-    run_cli(FAKE, "train", "-n", "10", "--logdir", "tb", "--db", url, cwd=tmp_path)
-    (path,) = (tmp_path / "tb").glob("events.out.tfevents.*")
-    records = read_events(path)
-    assert any(b"train/loss" in r for r in records) and any(b"return/recent_mean" in r for r in records)
-
-
-@pytest.mark.parametrize("text", ["empty"])
-def test_info_text_of_an_empty_namespace(db, text):
-    assert text in info_text(db)
+def test_info_text_of_an_empty_namespace(db):
+    head, *rest = info_text(db).splitlines()
+    assert head == f"[{db.prefix}] {db.url}"
+    assert rest == ["  empty: start a player with python -m tinyverse EXP play"]
+    db.add_metrics("train", [{"time": time.time(), "updates": 1}])  # metrics alone: still nothing to show
+    assert info_text(db).splitlines()[1:] == rest
+    db.add_sessions([{"x": np.zeros(2)}], capacity=10)
+    assert "empty" not in info_text(db).replace(db.url, "")
 
 
 def test_deleting_data_under_live_workers_never_resets_params(tmp_path):
     """clear --del-*: players and trainers carry on; deleted params come back trained, not random."""
     url = f"sqlite:///{tmp_path / 'live.db'}"
-    env = {**os.environ, "SDL_VIDEODRIVER": "dummy", "FAKE_TRAIN_SLEEP": "0.005"}
+    env = {**os.environ, "SDL_VIDEODRIVER": "dummy"}
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "tinyverse", str(FAKE), mode, *extra, "--db", url],
+            [sys.executable, "-m", "tinyverse", str(FAKE), mode, *extra, "--set", "train_sleep=0.005", "--db", url],
             cwd=tmp_path,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -241,3 +234,196 @@ def test_clear_asks_workers_on_other_machines_to_stop(tmp_path):
     assert f"asked player pid {os.getpid()} on far-away-box to stop" in out.stdout
     assert db.stop_requested(remote["id"])  # its next heartbeat sees this and it stops
     assert not db.stop_requested("player-near-2")
+
+
+def test_clear_all_keeps_the_stop_requests_of_workers_on_other_machines(tmp_path, db_url, prefix):
+    db = connect(db_url, prefix, retry_for=5)
+    try:
+        db.add_sessions([{"x": np.zeros(3)}] * 4, capacity=10)
+        db.save_params({"w": np.ones(2)})
+        db.add_metrics("episodes", [{"return": 1.0}])
+        db.add_updates(5)
+        db.claim("options", {"epsilon": 0.5})
+        remote = {"id": "player-far-2", "role": "player", "host": "far-away-box", "pid": 99, "started": 0}
+        db.heartbeat(remote["id"], remote, ttl=60)  # it never leaves: clear waits a while, then deletes anyway
+        out = run_cli(FAKE, "clear", "--all", "--db", db_url, "--prefix", prefix, cwd=tmp_path)
+        assert "asked player pid 99 on far-away-box to stop" in out.stdout
+        assert f"{prefix}: cleared sessions, params, metrics" in out.stdout
+        assert db.stop_requested(remote["id"]), "the stop request went with the data: the remote player plays on"
+        assert db.count_sessions()[0] == 0 and db.params_version() is None and db.metrics("episodes") == []
+        assert db.workers() == [] and db.counter("updates") == 0 and db.setting("options") is None
+    finally:
+        db.remove_worker("player-far-2")
+        db.clear(sessions=True, params=True, workers=True, metrics=True)
+
+
+# -- the pace, with real processes -------------------------------------------------------------------------------------
+class Spawned:
+    """``python -m tinyverse FAKE MODE ...`` with its stderr in a file, readable while it runs."""
+
+    def __init__(self, tmp_path: Path, name: str, *args):
+        self.err = tmp_path / f"{name}.err"
+        env = {**os.environ, "SDL_VIDEODRIVER": "dummy"}
+        env.pop("TINYVERSE_DB", None)
+        with open(self.err, "w") as err:
+            cmd = [sys.executable, "-m", "tinyverse", str(FAKE), *map(str, args)]
+            self.p = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err)
+
+    def stderr(self) -> str:
+        return self.err.read_text()
+
+    def alive(self) -> bool:
+        return self.p.poll() is None
+
+    def stop(self, timeout: float) -> int:
+        """SIGTERM, and its exit code (AssertionError if it does not exit within ``timeout`` seconds)."""
+        self.p.send_signal(signal.SIGTERM)
+        try:
+            return self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            raise AssertionError(f"still running {timeout}s after SIGTERM:\n{self.stderr()}") from None
+
+
+@pytest.fixture
+def spawn(tmp_path):
+    started = []
+
+    def start(*args) -> Spawned:
+        proc = Spawned(tmp_path, f"{args[0]}-{len(started)}", *args)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.alive():
+            proc.p.kill()
+        proc.p.wait()
+
+
+def sets(**options) -> list[str]:
+    return [a for k, v in options.items() for a in ("--set", f"{k}={v}")]
+
+
+def waiting(db, role: str, why: str) -> dict | None:
+    """The heartbeat of a ``role`` whose ``waiting`` says ``why``."""
+    return next((w for w in db.workers() if w["role"] == role and why in (w.get("waiting") or "")), None)
+
+
+def heartbeats_while_waiting(db, role: str, why: str, procs) -> dict:
+    """Wait until a worker waits for ``why``, then for a later heartbeat that still says so."""
+    alive = lambda: all(p.alive() for p in procs) or AssertionError  # noqa: E731
+    first = wait_for(lambda: alive() and waiting(db, role, why), 60, f"a {role} waiting {why}")
+    later = wait_for(
+        lambda: alive() and (w := waiting(db, role, why)) and w["time"] > first["time"] and w, 30, "a later heartbeat"
+    )
+    assert all(p.alive() for p in procs), [p.stderr() for p in procs]
+    return later
+
+
+B, T = 2, 8  # players' environments, the fake's session length
+
+PACES = {
+    # 1 update per 25 env steps is far below what the fake trainer can do: it waits for the players
+    "trainer waits": (dict(updates_per_step=0.04, pace_slack=48, train_sleep=0), "trainer", "for players: "),
+    # 4 updates of 2 ms per env step is far below what a player can do: the players wait for the trainer
+    "players wait": (dict(updates_per_step=4, pace_slack=48, train_sleep=0.002), "player", "for the trainers: "),
+}
+
+
+@pytest.mark.parametrize("case", PACES)
+def test_play_and_train_keep_the_declared_pace(tmp_path, db_url, prefix, spawn, case):
+    options, role, why = PACES[case]
+    ratio, slack = options["updates_per_step"], options["pace_slack"]
+    where = ["--db", db_url, "--prefix", prefix]
+    db = connect(db_url, prefix, retry_for=5)
+    try:
+        player = spawn("play", "-b", B, *sets(**options), *where)
+        wait_for(lambda: db.setting("options"), 60, "the player to store the options")
+        trainer = spawn("train", "-b", 4, *where)  # adopts the stored options, pace included
+        checks, updates = 0, 0
+        deadline = time.monotonic() + 90
+        while updates < 200 or checks < 50:  # the counters sampled while both run
+            assert player.alive() and trainer.alive(), player.stderr() + trainer.stderr()
+            assert time.monotonic() < deadline, f"{updates} updates after 90 s\n{player.stderr()}{trainer.stderr()}"
+            before = db.count_sessions()[1] * T
+            updates = db.counter("updates")
+            after = db.count_sessions()[1] * T
+            # players wait while ahead by more than the slack, and a round adds B sessions at most
+            assert before - updates / ratio <= slack + B * T, (before, updates)
+            # trainers wait while behind by more than the slack
+            assert updates <= ratio * (after + slack) + 1e-9, (after, updates)
+            checks += 1
+            time.sleep(0.02)
+        assert why in waiting_log(player if role == "player" else trainer), "the faster side never waited"
+        assert player.stop(10) == 0 and trainer.stop(10) == 0
+        assert db.workers() == []
+    finally:
+        db.clear(sessions=True, params=True, workers=True, metrics=True)
+
+
+def waiting_log(proc: Spawned) -> str:
+    """The lines where ``proc`` said it waits."""
+    return "\n".join(line for line in proc.stderr().splitlines() if " waiting " in line)
+
+
+def test_a_player_waiting_for_the_trainers_heartbeats_and_stops(tmp_path, db_url, prefix, spawn):
+    where = ["--db", db_url, "--prefix", prefix]
+    options = sets(updates_per_step=1, learning_starts=16, pace_slack=16)  # no trainer: waits after 48 steps
+    db = connect(db_url, prefix, retry_for=5)
+    try:
+        player = spawn("play", "-b", B, *options, *where)
+        w = heartbeats_while_waiting(db, "player", "for the trainers: 0 updates", [player])
+        played = db.count_sessions()[1] * T
+        assert 16 + 16 < played <= 16 + 16 + B * T, "it played up to the slack, then waited"
+        assert w["pid"] == player.p.pid and w["pace"][:3] == [1, 16, 16]
+        info = run_cli(FAKE, "info", *where, cwd=tmp_path).stdout
+        (line,) = [x for x in info.splitlines() if x.strip().startswith("player")]
+        assert f"pid {player.p.pid}" in line and "waiting for the trainers" in line
+        assert player.stop(5) == 0, player.stderr()
+        assert db.workers() == [] and db.count_sessions()[1] * T == played, "it played no more"
+        assert waiting_log(player).count("waiting for the trainers") == 1, "the reason is logged once"
+
+        again = spawn("play", "-b", B, *where)  # adopts the pace; stopped by clear this time
+        heartbeats_while_waiting(db, "player", "for the trainers", [again])
+        out = run_cli(FAKE, "clear", "--kill-players", *where, cwd=tmp_path).stdout
+        assert f"stopped player pid {again.p.pid}" in out
+        assert again.p.wait(timeout=5) == 0
+        assert db.workers() == [] and db.count_sessions()[1] * T == played
+    finally:
+        db.clear(sessions=True, params=True, workers=True, metrics=True)
+
+
+def test_a_trainer_waiting_for_players_heartbeats_and_stops(tmp_path, db_url, prefix, spawn):
+    where = ["--db", db_url, "--prefix", prefix]
+    db = connect(db_url, prefix, retry_for=5)
+    try:
+        trainer = spawn("train", "-b", 4, *sets(updates_per_step=1, learning_starts=1000), *where)
+        w = heartbeats_while_waiting(db, "trainer", "for players: 0 of 1,000 env steps", [trainer])
+        assert w["pid"] == trainer.p.pid
+        info = run_cli(FAKE, "info", *where, cwd=tmp_path).stdout
+        assert f"pid {trainer.p.pid}" in info and "waiting for players" in info
+        assert trainer.stop(5) == 0, trainer.stderr()
+        assert db.workers() == [] and db.counter("updates") == 0
+        assert db.load_params()[1]["updates"][0] == 0, "no update before learning starts"
+    finally:
+        db.clear(sessions=True, params=True, workers=True, metrics=True)
+
+
+def test_info_shows_the_lag_of_a_real_player(tmp_path, spawn):
+    url = f"sqlite:///{tmp_path / 'lag.db'}"
+    db = connect(url, "fake_experiment")
+    player = spawn("play", "-b", 1, "-s", 100000, "--db", url)  # checks for new params once in 100000 rounds
+    wait_for(lambda: player.alive() and any(w.get("version") == 1 for w in db.workers()), 60, "the player's beat")
+    params = db.load_params()[1]
+    db.save_params(params)
+    db.save_params(params)  # version 3: the player still acts with version 1
+    wait_for(
+        lambda: "sessions" in (w := db.workers()[0]) and w["time"] > db.params_version(saved=True)[1],
+        30,
+        "a later beat",
+    )
+    out = run_cli(FAKE, "info", "--db", url, cwd=tmp_path).stdout
+    assert f"localhost pid {player.p.pid}" in out.replace(os.uname().nodename, "localhost")
+    assert "params v1, lag 2" in out
+    assert player.stop(10) == 0
