@@ -178,7 +178,8 @@ def resolve_options(factory, path: str, db, given: dict[str, str]):
     A given value that differs from the stored one is an error: a run never splits silently.
     """
     names = list(inspect.signature(factory).parameters)
-    kind = typing.get_type_hints(factory).get(names[1]) if len(names) > 1 else None
+    hint = typing.get_type_hints(factory).get(names[1]) if len(names) > 1 else None
+    kind = next((k for k in typing.get_args(hint) or [hint] if dataclasses.is_dataclass(k)), None)  # Args | None
     if not (isinstance(kind, type) and dataclasses.is_dataclass(kind)):
         if given:
             raise ExperimentError(

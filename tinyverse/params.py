@@ -1,8 +1,10 @@
 """Params exchange between the experiment and the database, in one place.
 
 Players and eval follow the stored params with :func:`sync_params`; a trainer
-starts with :func:`resume` and is the only process that publishes trained
-params (``db.save_params``). Stored params are never replaced by a random init.
+starts with :func:`resume` and is the only process that publishes what it
+trained (``db.save_params``). A player stores params only where none are (its
+random init at first, the latest it knows after a delete), so stored params are
+never replaced by a random init.
 """
 
 import logging

@@ -1,5 +1,6 @@
 """Workers: identity, heartbeats, warm shutdown, waiting, and the pace that players and trainers keep."""
 
+import hashlib
 import logging
 import os
 import signal
@@ -33,8 +34,8 @@ class Worker:
             "role": role,
             "host": socket.gethostname(),
             "pid": me.pid,
-            "proc_start": me.create_time(),  # with the command line, tells a reused PID apart
-            "cmdline": me.cmdline(),
+            "proc_start": me.create_time(),  # with the command line's digest, tells a reused PID apart
+            "cmdline": _digest(me),  # a digest: a --password on the command line stays out of the database
             "started": time.time(),
         }
         self.parent = int(os.environ[PARENT]) if os.environ.get(PARENT, "").isdigit() else None
@@ -159,6 +160,10 @@ class StopFlag:
             signal.signal(sig, handler)
 
 
+def _digest(p: psutil.Process) -> str:
+    return hashlib.sha256("\0".join(p.cmdline()).encode()).hexdigest()[:16]
+
+
 def _alive(p: psutil.Process) -> bool:
     try:
         return p.status() != psutil.STATUS_ZOMBIE  # a zombie has exited already
@@ -181,7 +186,7 @@ def stop_worker(db: Database, worker: dict, timeout: float = 10.0) -> str:
     db.remove_worker(worker["id"])
     try:
         p = psutil.Process(worker["pid"])
-        same = p.create_time() == worker.get("proc_start") and p.cmdline() == worker.get("cmdline") and _alive(p)
+        same = p.create_time() == worker.get("proc_start") and _digest(p) == worker.get("cmdline") and _alive(p)
     except psutil.Error:
         same = False
     if not same:

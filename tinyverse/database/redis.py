@@ -18,25 +18,15 @@ from .base import Database
 NAMESPACES = "tinyverse:namespaces"
 EVERYTHING = {"sessions", "params", "workers", "metrics"}
 
+# append ARGV[4..] and evict beyond the capacity, stored unless one is (or ARGV[3] == '1': set it)
 ADD = """
 redis.call('SADD', KEYS[5], ARGV[2])
 local cap = tonumber(redis.call('HGET', KEYS[4], 'capacity'))
-if not cap then cap = tonumber(ARGV[1]); redis.call('HSET', KEYS[4], 'capacity', cap) end
-local id = 0
-for i = 3, #ARGV do
-  id = redis.call('INCR', KEYS[2])
-  redis.call('HSET', KEYS[1], id, ARGV[i])
-end
-local lo = tonumber(redis.call('GET', KEYS[3]) or '1')
-while id - lo + 1 > cap do redis.call('HDEL', KEYS[1], lo); lo = lo + 1 end
-redis.call('SET', KEYS[3], lo)
-"""
-
-SET_CAPACITY = """
-redis.call('HSET', KEYS[4], 'capacity', ARGV[1])
+if ARGV[3] == '1' or not cap then cap = tonumber(ARGV[1]); redis.call('HSET', KEYS[4], 'capacity', cap) end
+for i = 4, #ARGV do redis.call('HSET', KEYS[1], redis.call('INCR', KEYS[2]), ARGV[i]) end
 local id = tonumber(redis.call('GET', KEYS[2]) or '0')
 local lo = tonumber(redis.call('GET', KEYS[3]) or '1')
-while id - lo + 1 > tonumber(ARGV[1]) do redis.call('HDEL', KEYS[1], lo); lo = lo + 1 end
+while id - lo + 1 > cap do redis.call('HDEL', KEYS[1], lo); lo = lo + 1 end
 redis.call('SET', KEYS[3], lo)
 """
 
@@ -60,13 +50,7 @@ class RedisDatabase(Database):
         self.k = {n: f"{prefix}:{n}" for n in ("sessions", "seq", "lo", "meta", "params")}
         self.ring = [self.k["sessions"], self.k["seq"], self.k["lo"], self.k["meta"]]
         self.scripts = {
-            name: self.r.register_script(src)
-            for name, src in [
-                ("add", ADD),
-                ("capacity", SET_CAPACITY),
-                ("params", SAVE_PARAMS),
-                ("clear", CLEAR),
-            ]
+            n: self.r.register_script(src) for n, src in (("add", ADD), ("params", SAVE_PARAMS), ("clear", CLEAR))
         }
         self._call(self.r.sadd, NAMESPACES, prefix)
 
@@ -78,7 +62,7 @@ class RedisDatabase(Database):
         )
 
     def _add(self, blobs, capacity):
-        self.scripts["add"](keys=[*self.ring, NAMESPACES], args=[capacity, self.prefix, *blobs])
+        self.scripts["add"](keys=[*self.ring, NAMESPACES], args=[capacity, self.prefix, 0, *blobs])
 
     def _get(self, ids):
         return {i: b for i, b in zip(ids, self.r.hmget(self.k["sessions"], ids), strict=True) if b is not None}
@@ -98,7 +82,7 @@ class RedisDatabase(Database):
         if value is None:
             self.r.hdel(self.k["meta"], key)
         elif key == "capacity" and not if_absent:
-            self.scripts["capacity"](keys=self.ring, args=[value])
+            self.scripts["add"](keys=[*self.ring, NAMESPACES], args=[value, self.prefix, 1])
         else:
             (self.r.hsetnx if if_absent else self.r.hset)(self.k["meta"], key, value)
 

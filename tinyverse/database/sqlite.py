@@ -3,8 +3,8 @@
 WAL mode lets readers run beside one writer; ``BEGIN IMMEDIATE`` takes the
 write lock up front so an append and its eviction are one transaction; a busy
 timeout makes concurrent writers queue instead of failing. Ids grow by one per
-session and only the oldest are deleted, so the stored ids are exactly
-``min(id)..max(id)`` and sampling picks ids in that range.
+session and eviction deletes the oldest, so the stored ids are ``min(id)..max(id)``
+(less the corrupt records removed) and sampling picks ids in that range.
 """
 
 import contextlib
@@ -80,14 +80,14 @@ class SQLiteDatabase(Database):
 
     def _add(self, blobs, capacity):
         with self._write() as db:
-            row = db.execute(f"SELECT value FROM {self.t['meta']} WHERE key = 'capacity'").fetchone()
-            if row is None:
-                db.execute(f"INSERT INTO {self.t['meta']} VALUES ('capacity', ?)", (str(capacity),))
-            else:
-                capacity = int(row[0])
+            db.execute(f"INSERT OR IGNORE INTO {self.t['meta']} VALUES ('capacity', ?)", (str(capacity),))
             db.executemany(f"INSERT INTO {self.t['sessions']} (data) VALUES (?)", [(b,) for b in blobs])
-            last = db.execute("SELECT last_insert_rowid()").fetchone()[0]
-            db.execute(f"DELETE FROM {self.t['sessions']} WHERE id <= ?", (last - capacity,))
+            self._evict(db)
+
+    def _evict(self, db):
+        """Delete the oldest sessions beyond the stored capacity (in the caller's transaction)."""
+        capacity = int(db.execute(f"SELECT value FROM {self.t['meta']} WHERE key = 'capacity'").fetchone()[0])
+        db.execute(f"DELETE FROM {self.t['sessions']} WHERE id <= ?", (self._range()[1] - capacity,))
 
     def _get(self, ids):
         sql = f"SELECT id, data FROM {self.t['sessions']} WHERE id IN ({','.join('?' * len(ids))})"
@@ -108,12 +108,10 @@ class SQLiteDatabase(Database):
             if value is None:
                 db.execute(f"DELETE FROM {self.t['meta']} WHERE key = ?", (key,))
                 return
-            db.execute(
-                f"INSERT OR {'IGNORE' if if_absent else 'REPLACE'} INTO {self.t['meta']} VALUES (?, ?)", (key, value)
-            )
+            verb = "IGNORE" if if_absent else "REPLACE"
+            db.execute(f"INSERT OR {verb} INTO {self.t['meta']} VALUES (?, ?)", (key, value))
             if key == "capacity":  # evict at once, not only on the next append
-                capacity = int(db.execute(f"SELECT value FROM {self.t['meta']} WHERE key = 'capacity'").fetchone()[0])
-                db.execute(f"DELETE FROM {self.t['sessions']} WHERE id <= ?", (self._range()[1] - capacity,))
+                self._evict(db)
 
     def _get_meta(self, key):
         row = self.db.execute(f"SELECT value FROM {self.t['meta']} WHERE key = ?", (key,)).fetchone()
