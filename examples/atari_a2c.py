@@ -1,6 +1,7 @@
 """A2C on Atari Pong from pixels, in PyTorch (CleanRL style: one file).
 
     python -m tinyverse examples/atari_a2c.py run --players 2 -n 2000000   # a local fleet
+    python -m tinyverse examples/atari_a2c.py run --set max_episode_steps=400 --device cpu   # options
     python -m tinyverse examples/atari_a2c.py plot -o pong.png             # the return curve
     python -m tinyverse examples/atari_a2c.py eval -n 5                    # 5 games, mp4s in ./records
 
@@ -16,16 +17,27 @@ advantages are computed inside each 25-tick session, cut where an episode ends
 (terminated: no bootstrap; truncated: bootstrap from the episode's final
 window), bootstrapped from the value of the window after the last tick.
 
-Environment variables (the core CLI has no experiment options yet):
-``TINYVERSE_DEVICE`` = auto (default: CUDA for the trainer when available) | cpu | cuda;
-``TINYVERSE_ATARI_MAX_STEPS`` = N truncates episodes at N agent steps (short tests).
+Options (``Args``) come from ``--set name=value`` (e.g. ``--set max_episode_steps=40`` for
+short tests); the first worker stores them and the others adopt them. The trainer's device is
+per process, not an option: ``--device`` / ``TINYVERSE_DEVICE`` = auto (default: CUDA when
+available) | cpu | cuda.
+
+A2C is on-policy: its gradient is only right for data of the current policy. The trainer samples
+among the newest ``recent_sessions`` sessions and uses each one ``max_reuse`` times on average;
+the core's loops hold that as a pace: each update samples ``train_batch_size`` sessions of
+``session_length`` ticks, so updates_per_step = max_reuse / (train_batch_size x session_length)
+(2 / 400 = 0.005: one update per 200 env steps). The trainer waits while it is ahead of that
+(it used to wait for fresh sessions inside ``sample``, up to ``max_wait`` seconds, then reuse the
+newest ones anyway; it now waits as long as it takes, and publishes its params when it starts to
+wait, so players act with fresh params). Players may run ``pace_slack`` = recent_sessions x
+session_length env steps ahead (they used to never wait): sessions older than that are never
+sampled. Publish often (``train -s 10``): the default, every 100 updates, is stale for A2C when
+the trainer is the bottleneck.
 """
 
-import logging
 import os
 import sys
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import ale_py
@@ -39,10 +51,9 @@ import tinyverse
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the experiment is loaded by path: find its neighbour
 from wrappers import ActionSubset, FrameMemory, Preprocess, window_indices  # noqa: E402
 
-# With several processes on few cores, torch's default thread count is a 4x trap (MEASURED.md).
+# torch's default thread count made a DQN run 4x slower with several processes on 2 cores
 torch.set_num_threads(1)
 gym.register_envs(ale_py)
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -59,7 +70,7 @@ class Args:
     """emulator frames per agent step, repeated by ALE in C++ (1.0-1.3x the rate of wrappers.FrameSkip)"""
     window: int = 4
     """frames the agent sees at once (the current one and 3 from its memory)"""
-    max_episode_steps: int | None = field(default_factory=lambda: _env_int("TINYVERSE_ATARI_MAX_STEPS"))
+    max_episode_steps: int | None = None
     """truncate episodes after this many agent steps (None: the whole game)"""
     learning_rate: float = 5e-4
     """Adam step size"""
@@ -78,18 +89,10 @@ class Args:
     recent_sessions: int = 128
     """the trainer samples among the newest sessions only (A2C is on-policy)"""
     max_reuse: float = 2.0
-    """the trainer waits for new sessions rather than use each one more than this on average"""
-    max_wait: float = 1.0
-    """seconds the trainer waits for fresh sessions before it reuses the newest ones again"""
-    publish_every: float = 2.0
-    """seconds between params the trainer publishes (players act with fresh params)"""
-    device: str = field(default_factory=lambda: os.environ.get("TINYVERSE_DEVICE", "auto"))
-    """trainer device: auto (CUDA when available), cpu or cuda"""
+    """the pace: the trainer waits for new sessions rather than use each one more than this on average"""
 
-
-def _env_int(name: str) -> int | None:
-    value = os.environ.get(name)
-    return int(value) if value else None
+    def __post_init__(self):  # stored options come back from JSON as lists
+        self.actions, self.crop, self.size = tuple(self.actions), tuple(self.crop), tuple(self.size)
 
 
 def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias: float = 0.0) -> nn.Module:
@@ -152,6 +155,7 @@ class AtariA2C(tinyverse.Experiment):
     buffer_size = 2000  # sessions (~50k frames): A2C only reads the newest `recent_sessions`
     play_batch_size = 4  # the policy's forward costs 1.4 ms for 1 window, 2 ms for 4 (bench/atari.py)
     train_batch_size = 16  # sessions: 400 transitions an update
+    learning_starts = 0  # the trainer starts at its first batch (train_batch_size sessions)
 
     def __init__(self, db=None, args: Args | None = None):
         super().__init__(db)
@@ -162,10 +166,9 @@ class AtariA2C(tinyverse.Experiment):
         self.net = ActorCritic(self.args.window, env.observation_space.shape, int(env.action_space.n))
         env.close()
         self.device = torch.device("cpu")  # players act on the CPU; prepare_training picks the trainer's
-        self.sampled = 0  # sessions handed to training, for pacing
-        self.version = 0  # params version this trainer last published
-        self.published = time.monotonic()
-        self.waiting_since, self.warned = None, 0.0  # pacing of the trainer's sampling
+        a = self.args  # the pace (see the module docstring)
+        self.updates_per_step = a.max_reuse / (self.train_batch_size * self.session_length)
+        self.pace_slack = a.recent_sessions * self.session_length
 
     def make_env(self, render_mode=None):
         a = self.args
@@ -194,39 +197,26 @@ class AtariA2C(tinyverse.Experiment):
 
     # -- trainer ----------------------------------------------------------------
     def prepare_training(self):
-        a = self.args
-        if a.device == "auto":
+        a, device = self.args, os.environ.get("TINYVERSE_DEVICE", "auto")  # per process: not an option
+        if device == "auto":
             self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         else:
-            assert a.device != "cuda" or torch.cuda.is_available(), "TINYVERSE_DEVICE=cuda but no CUDA device"
-            self.device = torch.device(a.device)
+            assert not device.startswith("cuda") or torch.cuda.is_available(), f"device {device} but no CUDA device"
+            self.device = torch.device(device)
         self.net.to(self.device)
         self.optimizer = torch.optim.Adam(self.net.parameters(), lr=a.learning_rate, eps=1e-5)
 
     def sample(self, db, batch_size):
-        # A2C is on-policy: its gradient is only right for data of the current policy.
-        # Uniform replay over the whole buffer would train on minutes-old behaviour, so
-        # sample among the newest sessions, and wait for fresh ones (return nothing, the
-        # prefetcher retries) rather than grind on the same few. Wait at most `max_wait`:
-        # the core's trainer only sees a stop request (SIGTERM, Ctrl-C) between updates.
-        a = self.args
+        # A2C is on-policy: sample among the newest sessions only (the pace keeps them fresh),
+        # and note how many params versions behind the current ones each session was played
         lo, hi = db.session_range()
-        if self.sampled + batch_size > a.max_reuse * db.count_sessions()[1]:
-            now = time.monotonic()
-            self.waiting_since = self.waiting_since or now
-            if now - self.waiting_since < a.max_wait:
-                time.sleep(0.05)
-                return []
-            if now - self.warned > 60:
-                log.info("no fresh sessions for %.0fs: reusing the newest ones; start more players", a.max_wait)
-                self.warned = now
-        self.waiting_since = None
-        lo = max(lo, hi - max(a.recent_sessions, batch_size) + 1)
+        lo = max(lo, hi - max(self.args.recent_sessions, batch_size) + 1)
         if hi - lo + 1 < batch_size:
             return {}
         ids = np.random.default_rng().choice(np.arange(lo, hi + 1), batch_size, replace=False)
         batch = db.get_batch(ids.tolist())
-        self.sampled += len(batch.get("id", ()))
+        if batch:
+            batch["policy_lag"] = (db.params_version() or 0) - batch["version"]
         return batch
 
     def train_step(self, batch):
@@ -273,11 +263,6 @@ class AtariA2C(tinyverse.Experiment):
         loss.backward()
         grad_norm = nn.utils.clip_grad_norm_(self.net.parameters(), a.max_grad_norm)
         self.optimizer.step()
-
-        if self.db is not None and time.monotonic() - self.published >= a.publish_every:
-            # the core publishes every `train -s` updates (100 by default): too stale for on-policy A2C
-            self.version = self.db.save_params(self.get_params())
-            self.published = time.monotonic()
         return {
             "loss": loss.item(),
             "pg_loss": pg_loss.item(),
@@ -285,7 +270,7 @@ class AtariA2C(tinyverse.Experiment):
             "entropy": entropy.item(),
             "grad_norm": grad_norm.item(),
             "value": values.mean().item(),
-            "policy_lag": float(self.version - batch["version"].mean()) if self.version else 0.0,
+            "policy_lag": float(batch["policy_lag"].mean()) if "policy_lag" in batch else 0.0,
         }
 
     # -- params -----------------------------------------------------------------
@@ -293,8 +278,8 @@ class AtariA2C(tinyverse.Experiment):
         return {k: v.detach().cpu().numpy().copy() for k, v in self.net.state_dict().items()}
 
     def set_params(self, params):
-        self.net.load_state_dict({k: torch.from_numpy(params[k].copy()) for k in self.net.state_dict()})
+        self.net.load_state_dict({k: torch.from_numpy(params[k]) for k in self.net.state_dict()})
 
 
-def make_experiment(db):
-    return AtariA2C(db)
+def make_experiment(db, args: Args):
+    return AtariA2C(db, args)

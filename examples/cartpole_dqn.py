@@ -3,24 +3,29 @@
     python -m tinyverse examples/cartpole_dqn.py play -b 1 &
     python -m tinyverse examples/cartpole_dqn.py train -b 16 &
     python -m tinyverse examples/cartpole_dqn.py eval -n 20 --no-record
+    python -m tinyverse examples/cartpole_dqn.py train --set learning_rate=1e-3   # options: --set NAME=VALUE
 
-Players and the trainer run decoupled, so nothing in the core ties the number
-of updates to the number of env steps. This file paces both sides itself from
-two cheap counters: env steps (sessions ever added x session_length, from the
-database) and trainer updates (carried in the params as ``updates``):
+Players and the trainer run decoupled; the core's loops hold the pace this file
+declares (``updates_per_step``, ``learning_starts``, ``pace_slack``, options
+below), counted in env steps: lead = (env steps - learning_starts) - updates /
+updates_per_step. A player waits while lead > pace_slack, so it does not fill
+the replay buffer with a stale policy while the trainer falls behind (on a busy
+machine the trainer slows down first); the trainer waits until learning_starts
+env steps are played and while lead < -pace_slack, so it never grinds on a
+handful of early sessions (overfitting, divergence).
 
-- the trainer waits while updates > ``updates_per_step`` x env steps, so it
-  never grinds on a handful of early sessions (overfitting, divergence);
-- a player waits while env steps > ``learning_starts`` + ``steps_per_update`` x
-  updates, so it does not fill the replay buffer with a stale policy while the
-  trainer falls behind (on a busy machine the trainer slows down first).
+The defaults reproduce this file's earlier hand-written pacing. A player used to
+wait while env steps > 1000 + 4 x updates: 0.25 updates an env step, 1000 env
+steps ahead, which is what held on 2 cores, where the trainer is the bottleneck
+(updates_per_step 0.25, learning_starts + pace_slack = 1000). The trainer used to
+wait while updates > 0.5 x env steps, a bound it rarely met; it now waits at
+0.25 x env steps (learning_starts = pace_slack = 500) and starts after 500 env
+steps, where it used to start at its first batch (16 sessions: 512 env steps).
 
 Double DQN: https://arxiv.org/abs/1509.06461 (the online net picks the next
 action, the target net values it).
 """
 
-import logging
-import time
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -30,10 +35,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import tinyverse
-from tinyverse.player import sync_params
 
-log = logging.getLogger(__name__)
-# With several processes on few cores, torch's default thread count is a 4x trap (MEASURED.md).
+# torch's default thread count made a DQN run 4x slower with several processes on 2 cores
 torch.set_num_threads(1)
 
 
@@ -57,14 +60,14 @@ class Args:
     """exploration epsilon of players after ``eps_updates`` updates"""
     eps_updates: int = 2000
     """trainer updates over which epsilon decays linearly"""
-    learning_starts: int = 1000
-    """env steps a player takes before it waits for the trainer"""
-    steps_per_update: float = 4.0
-    """a player waits while env steps > learning_starts + steps_per_update x updates"""
     # with train -b 16 (512 transitions an update): 128 replayed transitions per env step (SB3's zoo: 32);
-    # in simulation 2 learned slower per update, 8 no faster; the trainer is the bottleneck on 2 cores
-    updates_per_step: float = 0.5
-    """the trainer waits while updates > updates_per_step x env steps"""
+    # in simulation 0.5 updates an env step learned slower per update, 0.125 no faster
+    updates_per_step: float = 0.25
+    """the pace: trainer updates per env step played"""
+    learning_starts: int = 500
+    """the pace: env steps played before the first update"""
+    pace_slack: int = 500
+    """the pace: env steps either side may run ahead of updates_per_step before it waits"""
 
 
 class CartPoleDQN(tinyverse.Experiment):
@@ -91,7 +94,9 @@ class CartPoleDQN(tinyverse.Experiment):
         self.n_act = n_act
         self.updates = 0  # trainer updates so far, shared through params
         self.rng = np.random.default_rng()
-        self.version = None  # params version a waiting player last loaded
+        # the pace the core's loops hold (see the module docstring)
+        self.updates_per_step = self.args.updates_per_step
+        self.learning_starts, self.pace_slack = self.args.learning_starts, self.args.pace_slack
 
     def make_env(self, render_mode=None):
         return gym.make(self.args.env_id, render_mode=render_mode)
@@ -113,20 +118,7 @@ class CartPoleDQN(tinyverse.Experiment):
         return actions, memory
 
     def session_info(self):
-        # called once a round, before the round is stored: the player's pacing point
-        if self.db is not None:
-            self.wait_for_trainer()
         return {"epsilon": self.epsilon()}
-
-    def wait_for_trainer(self):
-        """Wait while env steps > learning_starts + steps_per_update x updates (the player is ahead)."""
-        a, said = self.args, False
-        while self.db.count_sessions()[1] * self.session_length > a.learning_starts + a.steps_per_update * self.updates:
-            if not said:
-                log.info("waiting for the trainer (%d updates so far): start one with train", self.updates)
-                said = True
-            time.sleep(0.01)
-            self.version = sync_params(self, self.db, self.version)  # the new update count
 
     # -- trainer ----------------------------------------------------------------
     def prepare_training(self):
@@ -135,8 +127,6 @@ class CartPoleDQN(tinyverse.Experiment):
 
     def train_step(self, batch):
         a = self.args
-        if self.db is not None:
-            self.wait_for_players()
         obs = torch.as_tensor(batch["observations"][:, :-1]).flatten(0, 1)
         actions = torch.as_tensor(batch["actions"]).flatten().long()
         returns, discount, next_obs = (torch.as_tensor(x).flatten(0, 1) for x in n_step(batch, a.n_step, a.gamma))
@@ -153,18 +143,6 @@ class CartPoleDQN(tinyverse.Experiment):
             torch._foreach_lerp_(*self.pairs, a.tau)
         return {"loss": loss.item(), "q": q.mean().item()}
 
-    def wait_for_players(self):
-        """Wait while updates > updates_per_step x env steps (the trainer is ahead)."""
-        a, since = self.args, time.monotonic()
-        while self.updates > a.updates_per_step * self.db.count_sessions()[1] * self.session_length:
-            if since is not None and time.monotonic() - since > 1:
-                log.info("waiting for players (%d updates so far): start one with play", self.updates)
-                # a waiting player needs our update count: publish it (the train loop's
-                # own saves keep versions growing, save_params takes max(stored + 1, ...))
-                self.db.save_params(self.get_params())
-                since = None
-            time.sleep(0.01)
-
     # -- params -----------------------------------------------------------------
     def get_params(self):
         params = {f"q.{k}": v.numpy().copy() for k, v in self.q.state_dict().items()}
@@ -173,7 +151,7 @@ class CartPoleDQN(tinyverse.Experiment):
 
     def set_params(self, params):
         for name, net in (("q", self.q), ("target", self.target)):
-            net.load_state_dict({k: torch.from_numpy(params[f"{name}.{k}"].copy()) for k in net.state_dict()})
+            net.load_state_dict({k: torch.from_numpy(params[f"{name}.{k}"]) for k in net.state_dict()})
         self.updates = int(params["updates"])
 
 
@@ -205,5 +183,5 @@ def n_step(batch, n: int, gamma: float):
     return returns, discount * ~terminated[rows, last], successor[rows, last]
 
 
-def make_experiment(db):
-    return CartPoleDQN(db)
+def make_experiment(db, args: Args):
+    return CartPoleDQN(db, args)

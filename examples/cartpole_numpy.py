@@ -3,21 +3,20 @@
     python -m tinyverse examples/cartpole_numpy.py play -b 1 &
     python -m tinyverse examples/cartpole_numpy.py train -b 32 &
     python -m tinyverse examples/cartpole_numpy.py eval -n 20 --no-record
+    python -m tinyverse examples/cartpole_numpy.py train --set learning_rate=1e-3   # options: --set NAME=VALUE
 
 The core only ever sees NumPy arrays, so an agent needs nothing else. This is
 the algorithm of cartpole_dqn.py (double DQN, n-step returns, a Polyak target
-network that travels in the params, players and trainer paced by counters)
-with a two-layer MLP written out by hand.
+network that travels in the params, players and trainer held to the same pace
+by the core's loops) with a two-layer MLP written out by hand.
 """
 
-import time
 from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
 
 import tinyverse
-from tinyverse.player import sync_params
 
 
 @dataclass
@@ -36,12 +35,12 @@ class Args:
     """exploration epsilon after ``eps_updates`` updates (it starts at 1)"""
     eps_updates: int = 2000
     """trainer updates over which epsilon decays linearly (updates, not env steps: see cartpole_dqn.py)"""
-    learning_starts: int = 1000
-    """env steps a player takes before it waits for the trainer"""
-    steps_per_update: float = 4.0
-    """a player waits while env steps > learning_starts + steps_per_update x updates"""
-    updates_per_step: float = 0.5
-    """the trainer waits while updates > updates_per_step x env steps"""
+    updates_per_step: float = 0.25
+    """the pace: trainer updates per env step played (the old player bound, 4 env steps an update)"""
+    learning_starts: int = 500
+    """the pace: env steps played before the first update"""
+    pace_slack: int = 500
+    """the pace: env steps either side may run ahead (a player waits 1000 steps ahead, as it used to)"""
 
 
 def init_mlp(sizes: list[int], rng) -> dict[str, np.ndarray]:
@@ -86,7 +85,10 @@ class CartPoleNumPy(tinyverse.Experiment):
         self.args, self.rng = args or Args(), np.random.default_rng()
         self.q = init_mlp([4, self.args.hidden, self.args.hidden, 2], self.rng)
         self.target = {k: v.copy() for k, v in self.q.items()}
-        self.updates, self.version = 0, None
+        self.updates = 0
+        # the pace the core's loops hold (see cartpole_dqn.py)
+        self.updates_per_step = self.args.updates_per_step
+        self.learning_starts, self.pace_slack = self.args.learning_starts, self.args.pace_slack
 
     def make_env(self, render_mode=None):
         return gym.make("CartPole-v1", render_mode=render_mode)
@@ -102,15 +104,7 @@ class CartPoleNumPy(tinyverse.Experiment):
         return actions, memory
 
     def session_info(self):
-        # pacing, as in cartpole_dqn.py: wait while too far ahead of the trainer
-        a = self.args
-        while self.db is not None and self.env_steps() > a.learning_starts + a.steps_per_update * self.updates:
-            time.sleep(0.01)
-            self.version = sync_params(self, self.db, self.version)
         return {"epsilon": self.epsilon()}
-
-    def env_steps(self) -> int:
-        return self.db.count_sessions()[1] * self.session_length
 
     def prepare_training(self):
         self.m = {k: np.zeros_like(v) for k, v in self.q.items()}  # Adam moments
@@ -118,12 +112,6 @@ class CartPoleNumPy(tinyverse.Experiment):
 
     def train_step(self, batch):
         a = self.args
-        since = time.monotonic()
-        while self.db is not None and self.updates > a.updates_per_step * self.env_steps():
-            time.sleep(0.01)  # pacing: wait for players, who wait for our update count
-            if since is not None and time.monotonic() - since > 1:
-                self.db.save_params(self.get_params())  # so publish it (see cartpole_dqn.py)
-                since = None
         obs = batch["observations"][:, :-1].reshape(-1, 4)
         actions = batch["actions"].reshape(-1)
         returns, discount, next_obs = (x.reshape(len(obs), *x.shape[2:]) for x in n_step(batch, a.n_step, a.gamma))
@@ -157,8 +145,8 @@ class CartPoleNumPy(tinyverse.Experiment):
         return params | {"updates": np.array(self.updates, np.int64)}
 
     def set_params(self, params):
-        self.q = {k: params[f"q.{k}"].copy() for k in self.q}
-        self.target = {k: params[f"target.{k}"].copy() for k in self.target}
+        self.q = {k: params[f"q.{k}"] for k in self.q}  # decoded arrays are writable and our own
+        self.target = {k: params[f"target.{k}"] for k in self.target}
         self.updates = int(params["updates"])
 
 
@@ -181,5 +169,5 @@ def n_step(batch, n: int, gamma: float):
     return returns, discount * ~terminated[rows, last], successor[rows, last]
 
 
-def make_experiment(db):
-    return CartPoleNumPy(db)
+def make_experiment(db, args: Args):
+    return CartPoleNumPy(db, args)

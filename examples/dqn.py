@@ -1,24 +1,26 @@
 """DQN with the improvements that matter, for vector observations and discrete actions (CleanRL style).
 
-    DQN_ENV=LunarLander-v3 python -m tinyverse examples/dqn.py play &
-    DQN_ENV=LunarLander-v3 python -m tinyverse examples/dqn.py train &
-    DQN_ENV=LunarLander-v3 python -m tinyverse examples/dqn.py eval -n 10 --no-record
+    python -m tinyverse examples/dqn.py play --set env_id=LunarLander-v3 &
+    python -m tinyverse examples/dqn.py train &          # adopts the options the first worker stored
+    python -m tinyverse examples/dqn.py eval -n 10 --no-record
+    python -m tinyverse examples/dqn.py train --set env_id=Acrobot-v1 --set per=0 --prefix acrobot-no-per
 
-Configuration: ``DQN_ENV`` picks the environment and its preset (CartPole-v1, the default,
-Acrobot-v1, LunarLander-v3; RL-Zoo's SB3 DQN hyperparameters where they apply). Every field of
-``Args`` can then be overridden by an environment variable ``DQN_<FIELD>``, e.g. ``DQN_PER=0``,
-``DQN_N_STEP=1``, ``DQN_LEARNING_RATE=1e-3``. Players and trainers must see the same settings
-(the CLI's ``--prefix`` keeps differently configured runs apart). Each improvement has a switch,
-so its effect can be measured (``bench/dqn.py --ablate``):
+Configuration: the options (``Args``) come from ``--set name=value``. ``env_id`` picks the
+environment and its preset (CartPole-v1, the default, Acrobot-v1, LunarLander-v3; RL-Zoo's SB3 DQN
+hyperparameters where they apply); every other ``--set`` overrides the preset, e.g. ``--set per=0``,
+``--set n_step=1``, ``--set learning_rate=1e-3``. The first worker of a run stores the resolved
+options in the database and the others adopt them; a worker whose ``--set`` disagrees stops with
+an error (``--prefix`` keeps differently configured runs apart). Each improvement has a switch, so its
+effect can be measured (``bench/dqn.py --ablate``):
 
-- double Q-learning (``DQN_DOUBLE``): the online net picks the next action, the target net values
+- double Q-learning (``double``): the online net picks the next action, the target net values
   it. https://arxiv.org/abs/1509.06461
-- dueling heads (``DQN_DUELING``): Q = V + A - mean(A), each stream with its own hidden layer.
+- dueling heads (``dueling``): Q = V + A - mean(A), each stream with its own hidden layer.
   https://arxiv.org/abs/1511.06581
-- n-step returns (``DQN_N_STEP``), computed inside a session and never across an episode end: a
+- n-step returns (``n_step``), computed inside a session and never across an episode end: a
   terminated episode adds no bootstrap, a truncated one bootstraps from its final observation,
   and the last ticks of a session use the m < n steps left (a correct, shorter target).
-- prioritized replay (``DQN_PER``), design below. https://arxiv.org/abs/1511.05952
+- prioritized replay (``per``), design below. https://arxiv.org/abs/1511.05952
 - Ape-X exploration: player i of n plays with its own final epsilon
   eps_i = apex_base ** (1 + apex_alpha * i / (n - 1)) (https://arxiv.org/abs/1803.00933), from
   TINYVERSE_WORKER_INDEX / TINYVERSE_WORKER_COUNT that ``run`` sets (a random i of
@@ -41,17 +43,21 @@ annealed to 1. A restarted trainer starts with every stored session at the maxim
 second trainer would keep its own tree: fine for parameter-server style training, where each
 trainer then prioritizes by its own errors.
 
-Pacing: players and trainers run decoupled, so this file keeps the replay ratio (updates per env
-step) that the baseline uses: the trainer waits while updates > replay_ratio x env steps; a player
-waits while env steps > learning_starts + pace_slack + updates / replay_ratio (it learns the
-update count from the params).
+Pacing: players and trainers run decoupled; the core's loops hold the replay ratio (updates per env
+step) that the baseline uses, as declared by the options ``replay_ratio``, ``learning_starts`` and
+``pace_slack`` (the Experiment's ``updates_per_step``, ``learning_starts`` and ``pace_slack``). With
+lead = (env steps - learning_starts) - updates / replay_ratio, a player waits while lead > pace_slack
+(this file's own pacing loop did exactly that before), and the trainer waits until learning_starts
+env steps are played and while lead < -pace_slack: updates <= replay_ratio x (env steps -
+learning_starts + pace_slack). That is the bound this file's trainer kept before (updates <=
+replay_ratio x env steps) when learning_starts = pace_slack, as in the CartPole preset; the
+Acrobot/LunarLander preset (learning_starts 0, as SB3's zoo) lets the trainer run up to
+replay_ratio x pace_slack updates ahead of it.
 """
 
-import dataclasses
 import os
 import random
 import threading
-import time
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -61,43 +67,42 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import tinyverse
-from tinyverse.player import sync_params
 
-# With several processes on few cores, torch's default thread count is a 4x trap (MEASURED.md).
+# torch's default thread count made a DQN run 4x slower with several processes on 2 cores
 torch.set_num_threads(1)
 
 
 @dataclass
 class Args:
     env_id: str = "CartPole-v1"
-    """the Gymnasium environment (set it with DQN_ENV, which also picks the preset)"""
+    """the Gymnasium environment; it picks the preset of the options left unset (None)"""
     hidden: int = 256
     """units in each hidden layer"""
-    learning_rate: float = 2.3e-3
+    learning_rate: float | None = None
     """Adam step size"""
     gamma: float = 0.99
     """discount factor"""
     session_length: int = 16
     """ticks per recorded session"""
-    batch_sessions: int = 4
+    batch_sessions: int | None = None
     """sessions per minibatch; each brings session_length transitions"""
-    buffer_transitions: int = 100_000
+    buffer_transitions: int | None = None
     """transitions kept in the database (buffer_transitions // session_length sessions)"""
-    replay_ratio: float = 0.5
+    replay_ratio: float | None = None
     """trainer updates per env step (SB3: gradient_steps / train_freq)"""
-    learning_starts: int = 1000
+    learning_starts: int | None = None
     """env steps played before the first update (players run ahead by this much)"""
     pace_slack: int = 1000
     """env steps a player may run ahead of updates / replay_ratio"""
-    target_every: int = 128
+    target_every: int | None = None
     """updates between copies of the online net into the target net"""
     max_grad_norm: float = 10.0
     """gradient clipping (global L2 norm)"""
     eps_start: float = 1.0
     """exploration epsilon before any update"""
-    eps_end: float = 0.04
+    eps_end: float | None = None
     """final epsilon of a lone player"""
-    exploration_steps: int = 8000
+    exploration_steps: int | None = None
     """env steps over which epsilon decays (counted as updates / replay_ratio)"""
     apex_base: float = 0.4
     """Ape-X: player i of n ends at apex_base ** (1 + apex_alpha * i / (n - 1))"""
@@ -117,7 +122,7 @@ class Args:
     """how much prioritization is used (0: uniform)"""
     per_beta: float = 0.4
     """importance-sampling exponent at the start, annealed to 1"""
-    per_beta_updates: int = 20_000
+    per_beta_updates: int | None = None
     """updates over which beta reaches 1"""
     per_eta: float = 0.9
     """session priority mixes max and mean |TD error| (R2D2)"""
@@ -126,8 +131,26 @@ class Args:
     seed: int = -1
     """seed of the networks' initial weights (-1: random)"""
 
+    def __post_init__(self):
+        """Fill the options left unset from the env_id's preset: the stored options are complete."""
+        for key, value in {**DEFAULTS, **PRESETS.get(self.env_id, {})}.items():
+            if getattr(self, key) is None:
+                setattr(self, key, value)
 
-# RL-Zoo's SB3 DQN hyperparameters (hyperparams/dqn.yml), in this file's terms
+
+# RL-Zoo's SB3 DQN hyperparameters (hyperparams/dqn.yml), in this file's terms: CartPole-v1's
+# (and any other env_id's) are DEFAULTS, the others' differ where PRESETS says
+DEFAULTS = dict(
+    learning_rate=2.3e-3,
+    batch_sessions=4,
+    buffer_transitions=100_000,
+    replay_ratio=0.5,
+    learning_starts=1000,
+    target_every=128,
+    eps_end=0.04,
+    exploration_steps=8000,
+    per_beta_updates=20_000,
+)
 PRESETS = {
     "CartPole-v1": {},
     "Acrobot-v1": dict(
@@ -143,24 +166,6 @@ PRESETS = {
     ),
 }
 PRESETS["LunarLander-v3"] = PRESETS["Acrobot-v1"]
-
-
-def args_from_env(environ=os.environ) -> Args:
-    """Args of the preset that DQN_ENV names, with DQN_<FIELD> overrides."""
-    env_id = environ.get("DQN_ENV") or environ.get("DQN_ENV_ID") or Args.env_id
-    args = Args(**{"env_id": env_id, **PRESETS.get(env_id, {})})
-    for f in dataclasses.fields(Args):
-        value = environ.get(f"DQN_{f.name.upper()}")
-        if value is None or f.name == "env_id":
-            continue
-        kind = type(getattr(args, f.name))
-        if kind is bool:
-            if value.lower() not in ("0", "1", "true", "false", "yes", "no"):
-                raise ValueError(f"DQN_{f.name.upper()}={value!r}: use 0 or 1")
-            setattr(args, f.name, value.lower() in ("1", "true", "yes"))
-        else:
-            setattr(args, f.name, kind(value))
-    return args
 
 
 def apex_epsilon(args: Args, index: int, count: int) -> float:
@@ -326,8 +331,10 @@ class QNet(nn.Module):
 class DQN(tinyverse.Experiment):
     def __init__(self, db=None, args: Args | None = None):
         super().__init__(db)
-        self.args = a = args or args_from_env()
+        self.args = a = args or Args()
         assert a.n_step >= 1, "n_step must be at least 1"
+        # the pace the core's loops hold (see the module docstring)
+        self.updates_per_step, self.learning_starts, self.pace_slack = a.replay_ratio, a.learning_starts, a.pace_slack
         self.session_length = a.session_length
         self.buffer_size = max(1, a.buffer_transitions // a.session_length)
         self.train_batch_size = a.batch_sessions
@@ -343,7 +350,6 @@ class DQN(tinyverse.Experiment):
         self.target.load_state_dict(self.q.state_dict())
         self.updates = 0  # trainer updates so far, shared through params
         self.rng = np.random.default_rng()
-        self.version = None  # params version a waiting player last loaded
         self.per: PrioritizedReplay | None = None
         index, count = os.environ.get("TINYVERSE_WORKER_INDEX"), os.environ.get("TINYVERSE_WORKER_COUNT")
         if index is None or count is None:
@@ -371,14 +377,9 @@ class DQN(tinyverse.Experiment):
         return actions, memory
 
     def session_info(self):
-        # Called once per recorded round, before it is stored: the player's pacing point.
-        eps = self.epsilon()  # the one this round played with
-        if self.db is not None:
-            a, T = self.args, self.session_length
-            while self.db.count_sessions()[1] * T > a.learning_starts + a.pace_slack + self.updates / a.replay_ratio:
-                time.sleep(0.01)
-                self.version = sync_params(self, self.db, self.version)
-        return {"epsilon": eps}
+        # called once per recorded round, before it is stored and before params are synced:
+        # the epsilon this round played with
+        return {"epsilon": self.epsilon()}
 
     # -- trainer ----------------------------------------------------------------
     def prepare_training(self):
@@ -411,8 +412,6 @@ class DQN(tinyverse.Experiment):
 
     def train_step(self, batch):
         a = self.args
-        if self.db is not None:
-            self.wait_for_players()
         B, T = batch["rewards"].shape
         returns, boot, discounts = nstep_targets(
             batch["observations"],
@@ -449,16 +448,6 @@ class DQN(tinyverse.Experiment):
             self.per.update(batch["id"], a.per_eta * td.max(1) + (1 - a.per_eta) * td.mean(1) + a.per_eps)
         return {"loss": loss.item(), "q": q.mean().item(), "beta": self.beta() if a.per else 0.0}
 
-    def wait_for_players(self):
-        """Wait while updates > replay_ratio x env steps (the trainer is ahead)."""
-        a, since = self.args, time.monotonic()
-        while self.updates > a.replay_ratio * self.db.count_sessions()[1] * self.session_length:
-            if since is not None and time.monotonic() - since > 1:
-                # a waiting player needs our update count: publish it
-                self.db.save_params(self.get_params())
-                since = None
-            time.sleep(0.005)
-
     # -- params -----------------------------------------------------------------
     def get_params(self):
         params = {f"q.{k}": v.numpy().copy() for k, v in self.q.state_dict().items()}
@@ -467,9 +456,9 @@ class DQN(tinyverse.Experiment):
 
     def set_params(self, params):
         for name, net in (("q", self.q), ("target", self.target)):
-            net.load_state_dict({k: torch.from_numpy(params[f"{name}.{k}"].copy()) for k in net.state_dict()})
+            net.load_state_dict({k: torch.from_numpy(params[f"{name}.{k}"]) for k in net.state_dict()})
         self.updates = int(params["updates"])
 
 
-def make_experiment(db):
-    return DQN(db)
+def make_experiment(db, args: Args):
+    return DQN(db, args)
