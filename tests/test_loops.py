@@ -360,11 +360,6 @@ def joined(thread, outcome):
     return outcome["result"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: player.py follow() loads new params while the player waits, but its heartbeat keeps the "
-    "version of its last round (worker.info['version'] is only updated by the beat after a round)",
-)
 def test_a_waiting_player_follows_new_params_and_says_so(db):
     exp = FakeExperiment(db, updates_per_step=1, learning_starts=0, pace_slack=8)
     thread, outcome = in_thread(lambda: play(exp, db, batch_size=2))
@@ -401,11 +396,6 @@ class RunsDry(FakeExperiment):
         return db.sample_batch(batch_size) if self.batches >= 0 else {}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: trainer.py counts an update in pace.trainer_waits before it has a batch; stopped while it "
-    "waits for that batch (worker.wait(flag, starved)), the update is never made but pace.flush() counts it",
-)
 def test_a_stopped_trainer_counts_only_its_updates(db):
     play(FakeExperiment(db), db, batch_size=2, sessions=2)
     exp = RunsDry(db, batches=5)

@@ -58,7 +58,7 @@ def play(
 
     def follow():  # while waiting for the trainers, act with their newest params at once
         nonlocal version
-        version = sync_params(exp, db, version)
+        version = worker.info["version"] = sync_params(exp, db, version)
 
     with StopFlag() as flag:
         try:

@@ -131,7 +131,7 @@ def train(
             worker.beat(force=True, updates=0, version=version, pace=pace.spec)
             prefetch = Prefetcher(exp, db, batch_size, exp.prefetch)
             for _ in range(steps) if steps is not None else itertools.count():
-                if not (worker.wait(flag, pace.trainer_waits, publish) and worker.wait(flag, starved)):
+                if not (worker.wait(flag, starved) and worker.wait(flag, pace.trainer_waits, publish)):
                     break
                 metrics = exp.train_step(batch)
                 done += 1

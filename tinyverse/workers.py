@@ -66,10 +66,12 @@ class Worker:
                 if reason is not None:
                     log.info("waiting %s", reason)
                 said = self.info["waiting"] = reason
-                flag.stop = self.beat(force=True)
-            if reason is None:
-                return not flag.stop
-            flag.stop = flag.stop or self.beat()
+                if self.beat(force=True):
+                    flag.stop = True
+            if reason is None:  # what ``why`` granted is used: a stop comes after this step
+                return True
+            if self.beat():
+                flag.stop = True
             if poll is not None:
                 poll()
             time.sleep(0.02)

@@ -4,7 +4,7 @@ WAL mode lets readers run beside one writer; ``BEGIN IMMEDIATE`` takes the
 write lock up front so an append and its eviction are one transaction; a busy
 timeout makes concurrent writers queue instead of failing. Ids grow by one per
 session and eviction deletes the oldest, so the stored ids are ``min(id)..max(id)``
-(less the corrupt records removed) and sampling picks ids in that range.
+(a corrupt record removed leaves an empty one until evicted) and sampling picks ids in that range.
 """
 
 import contextlib
@@ -90,12 +90,12 @@ class SQLiteDatabase(Database):
         db.execute(f"DELETE FROM {self.t['sessions']} WHERE id <= ?", (self._range()[1] - capacity,))
 
     def _get(self, ids):
-        sql = f"SELECT id, data FROM {self.t['sessions']} WHERE id IN ({','.join('?' * len(ids))})"
+        sql = f"SELECT id, data FROM {self.t['sessions']} WHERE id IN ({','.join('?' * len(ids))}) AND data != x''"
         return dict(self.db.execute(sql, ids).fetchall())
 
-    def _delete(self, ids):
+    def _delete(self, ids):  # an empty record stands in until evicted: the stored range, and so the count, stay
         with self._write() as db:
-            db.execute(f"DELETE FROM {self.t['sessions']} WHERE id IN ({','.join('?' * len(ids))})", ids)
+            db.execute(f"UPDATE {self.t['sessions']} SET data = x'' WHERE id IN ({','.join('?' * len(ids))})", ids)
 
     def _count(self):
         lo, hi = self._range()
