@@ -33,25 +33,17 @@ class Child:
 
     def __init__(self, name: str, argv: list[str], logdir: Path, max_crashes: int, index: int, count: int):
         self.name, self.argv, self.logfile = name, argv, logdir / f"{name}.log"
-        self.max_crashes = max_crashes
+        self.max_crashes, self.restart_at, self.crashes = max_crashes, 0.0, deque()
         # e.g. Ape-X: player i of n explores with its own epsilon
         self.env = {**os.environ, "TINYVERSE_WORKER_INDEX": str(index), "TINYVERSE_WORKER_COUNT": str(count)}
         self.env[PARENT] = str(os.getpid())
         self.proc: subprocess.Popen | None = None
-        self.crashes: deque[float] = deque()
-        self.restart_at = 0.0
         self.finished = False  # exited with code 0: stopped on purpose, not restarted
 
     def start(self) -> None:
-        with open(self.logfile, "ab") as out:
-            self.proc = subprocess.Popen(
-                self.argv,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self.env,
-                start_new_session=True,
-            )
+        with open(self.logfile, "ab") as out:  # a session of its own: a terminal's Ctrl-C reaches only run
+            io = dict(stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(self.argv, env=self.env, start_new_session=True, **io)
 
     def tail(self, n: int = 8) -> str:
         lines = self.logfile.read_text(errors="replace").splitlines()[-n:]
@@ -104,11 +96,8 @@ def status_line(db, T: int, start_steps: int, started: float) -> tuple[str, int]
     steps = added * T - start_steps
     returns = [m["return"] for m in db.metrics("episodes", 20)]
     train = db.metrics("train", 1)
-    parts = [
-        f"env steps {steps:,} ({steps / max(time.monotonic() - started, 1e-9):,.0f}/s)",
-        f"sessions {stored:,}",
-        f"params v{db.params_version() or 0}",
-    ]
+    rate = steps / max(time.monotonic() - started, 1e-9)
+    parts = [f"env steps {steps:,} ({rate:,.0f}/s)", f"sessions {stored:,}", f"params v{db.params_version() or 0}"]
     if returns:
         parts.append(f"return {np.mean(returns):.1f} (last {len(returns)})")
     if train and "loss" in train[-1]:
@@ -131,19 +120,18 @@ def run_fleet(
 ) -> str:
     """Supervise the fleet until stopped; return why it stopped."""
     logdir = Path(tempfile.mkdtemp(prefix=f"tinyverse-{db.prefix}-"))
+    roles = (("trainer", "train", train_args, trainers), ("player", "play", play_args, players))
     children = [
-        Child(f"trainer-{i}", [*base_argv, "train", *train_args], logdir, max_crashes, i, trainers)
-        for i in range(trainers)
-    ]
-    children += [
-        Child(f"player-{i}", [*base_argv, "play", *play_args], logdir, max_crashes, i, players) for i in range(players)
+        Child(f"{role}-{i}", [*base_argv, mode, *args], logdir, max_crashes, i, n)
+        for role, mode, args, n in roles
+        for i in range(n)
     ]
     since = db.metrics("episodes", 1)
     seen_time = since[-1]["time"] if since else 0.0  # the target counts only this run's episodes
     start_steps = db.count_sessions()[1] * exp.session_length
     started, shown, reason = time.monotonic(), 0.0, "interrupted"
     tty = sys.stderr.isatty()
-    log.info("starting %d players and %d trainers; their logs go to %s", players, trainers, logdir)
+    log.info("starting %d players and %d trainers; their logs go to %s until they stop", players, trainers, logdir)
     with StopFlag() as flag:
         try:
             for child in children:
