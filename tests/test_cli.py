@@ -2,6 +2,7 @@
 
 import os
 import re
+import shutil
 import signal
 import socket
 import sqlite3
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import redis
 from conftest import free_port, run_cli
 
 from tinyverse.database import connect
@@ -23,9 +25,14 @@ PREFIX = EXP.stem  # the default prefix: the experiment's name
 SESSION_KEYS = {"observations", "final_observations", "actions", "rewards", "terminated", "truncated"}
 
 
-def cli_env(**knobs) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "TINYVERSE_DB" and not k.startswith("FAKE_")}
-    return {**env, "SDL_VIDEODRIVER": "dummy", "SDL_AUDIODRIVER": "dummy", **{k: str(v) for k, v in knobs.items()}}
+def cli_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TINYVERSE_DB"}
+    return {**env, "SDL_VIDEODRIVER": "dummy", "SDL_AUDIODRIVER": "dummy", **extra}
+
+
+def sets(**options) -> list[str]:
+    """``--set name=value`` for each option of the fake experiment."""
+    return [a for k, v in options.items() for a in ("--set", f"{k}={v}")]
 
 
 class Proc:
@@ -59,8 +66,9 @@ class Fleet:
     def __init__(self, cwd: Path):
         self.cwd, self.procs = cwd, []
 
-    def start(self, *args, **knobs) -> Proc:
-        proc = Proc(args, self.cwd, cli_env(**knobs), f"{args[1] if len(args) > 1 else 'p'}-{len(self.procs)}")
+    def start(self, *args, **options) -> Proc:
+        args = (*args, *sets(**options))
+        proc = Proc(args, self.cwd, cli_env(), f"{args[1] if len(args) > 1 else 'p'}-{len(self.procs)}")
         self.procs.append(proc)
         return proc
 
@@ -97,8 +105,9 @@ def fleet(tmp_path):
     f.close()
 
 
-def cli(*args, cwd, check=True, timeout=120, **knobs) -> subprocess.CompletedProcess:
-    return run_cli(*args, cwd=cwd, check=check, timeout=timeout, env=cli_env(**knobs))
+def cli(*args, cwd, check=True, timeout=120, env=None, **options) -> subprocess.CompletedProcess:
+    """``python -m tinyverse ARGS`` with ``--set name=value`` for each of ``options``."""
+    return run_cli(*args, *sets(**options), cwd=cwd, check=check, timeout=timeout, env=cli_env(**(env or {})))
 
 
 def one_error_line(proc: subprocess.CompletedProcess | str) -> str:
@@ -127,15 +136,22 @@ def check_sqlite_file(path: Path, prefix: str = PREFIX) -> int:
 
 
 @pytest.fixture(scope="module")
-def unreachable_eval(tmp_path_factory):
-    """An eval against a closed port, started early so its retry window overlaps other tests."""
+def unreachable(tmp_path_factory):
+    """An eval, a player and a trainer against a closed port, started early so that the eval's retry window
+    overlaps other tests: the eval gives up, the player and trainer wait for ever."""
     cwd = tmp_path_factory.mktemp("unreachable")
     port = free_port()  # nothing listens here
-    proc = Proc([EXP, "eval", "-n", "1", "--no-record", "--db", f"redis://127.0.0.1:{port}/0"], cwd, cli_env(), "eval")
-    yield proc, port, cwd
-    if proc.alive():
-        proc.p.kill()
-    proc.p.wait()
+    url = f"redis://127.0.0.1:{port}/0"
+    procs = {
+        "eval": Proc([EXP, "eval", "-n", "1", "--no-record", "--db", url], cwd, cli_env(), "eval"),
+        "play": Proc([EXP, "play", "--db", url], cwd, cli_env(), "play"),
+        "train": Proc([EXP, "train", "--db", url], cwd, cli_env(), "train"),
+    }
+    yield procs, port
+    for proc in procs.values():
+        if proc.alive():
+            proc.p.kill()
+        proc.p.wait()
 
 
 # -- help --------------------------------------------------------------------------------------------------------------
@@ -144,9 +160,10 @@ def test_help_explains_every_mode_and_flag(tmp_path):
     for mode in ("play", "train", "eval", "clear", "info"):
         assert re.search(rf"^\s+{mode}\s+\w", top, re.M), f"top-level --help does not describe {mode}"
     flags = {
-        "play": ["--batch-size", "--sessions", "--sync-every", "--buffer-size", "--seed"],
-        "train": ["--batch-size", "--steps", "--save-every", "--buffer-size"],
-        "eval": ["--episodes", "--record", "--no-record", "--seed"],
+        "play": ["--batch-size", "--rounds", "--sync-every", "--buffer-size", "--seed", "--set", "--device"],
+        "train": ["--batch-size", "--updates", "--save-every", "--buffer-size", "--set", "--device"],
+        "run": ["--players", "--trainers", "--steps", "--target-return", "--eval-episodes", "--set"],
+        "eval": ["--episodes", "--record", "--no-record", "--seed", "--set"],
         "clear": ["--all", "--del-sessions", "--del-weights", "--del-metrics", "--kill-players", "--kill-trainers"],
         "info": [],
     }
@@ -180,7 +197,7 @@ def test_play_and_train_together_then_eval(backend, tmp_path, fleet, request):
         url, prefix = request.getfixturevalue("redis_url"), f"test-{uuid.uuid4().hex[:10]}"
         where, db = ["--db", url, "--prefix", prefix], connect(url, prefix, retry_for=10)
     try:
-        knobs = dict(FAKE_T=8, FAKE_MAX_STEPS=50)
+        knobs = dict(session_length=8, max_steps=50)
         trainer = fleet.start(EXP, "train", "-b", 4, "-n", 30, "-s", 10, *where, **knobs)
         player = fleet.start(EXP, "play", "-b", 2, "-n", 25, *where, **knobs)
         assert fleet.exit(player) == 0, fleet.logs()
@@ -204,7 +221,8 @@ def test_play_and_train_together_then_eval(backend, tmp_path, fleet, request):
 
 
 def test_eval_records_a_video_of_each_episode(tmp_path):
-    ev = cli(EXP, "eval", "-n", 2, "--record", "videos", cwd=tmp_path, FAKE_MAX_STEPS=15)
+    sqlite_db(tmp_path)  # eval refuses to create a database
+    ev = cli(EXP, "eval", "-n", 2, "--record", "videos", cwd=tmp_path, max_steps=15)
     videos = sorted((tmp_path / "videos").glob("*.mp4"))
     assert len(videos) == 2, ev.stdout + ev.stderr
     for v in videos:
@@ -215,16 +233,14 @@ def test_eval_records_a_video_of_each_episode(tmp_path):
 
 
 # -- unreachable Redis, part 1 (the eval of part 2 gives up meanwhile) -------------------------------------------------
-def test_unreachable_redis_makes_play_and_train_wait_with_a_message(unreachable_eval, fleet):
-    _, port, _ = unreachable_eval
+def test_unreachable_redis_makes_play_and_train_wait_with_a_message(unreachable, fleet):
+    procs, port = unreachable
     url = f"redis://127.0.0.1:{port}/0"
-    waiting = [fleet.start(EXP, mode, "--db", url) for mode in ("play", "train")]
-    for proc in waiting:
+    for proc in (procs["play"], procs["train"]):
         fleet.wait(lambda p=proc: "unreachable" in p.stderr(), f"{proc.name} to say it waits", alive=(proc,))
         assert "waiting" in proc.stderr() and url in proc.stderr()
         assert "Traceback" not in proc.stderr()
-    time.sleep(0.5)  # waiting, not exiting: still alive a moment after the message
-    assert all(p.alive() for p in waiting), fleet.logs()
+    # that they go on waiting is checked in part 2: they outlive the eval, which gives up
 
 
 # -- kill -9 -----------------------------------------------------------------------------------------------------------
@@ -253,7 +269,7 @@ def test_player_killed_with_sigkill_restarts_and_continues(tmp_path, fleet):
 
 def test_trainer_killed_with_sigkill_resumes_from_published_params(tmp_path, fleet):
     db = sqlite_db(tmp_path)
-    knobs = dict(FAKE_TRAIN_SLEEP=0.01)
+    knobs = dict(train_sleep=0.01)
     player = fleet.start(EXP, "play", "-b", 2, **knobs)
     fleet.wait(lambda: db.params_version() is not None, "the initial params", alive=(player,))
     init = db.load_params()[1]
@@ -283,10 +299,11 @@ def test_trainer_killed_with_sigkill_resumes_from_published_params(tmp_path, fle
 
 def test_sigterm_makes_the_trainer_publish_and_exit_0(tmp_path, fleet):
     db = sqlite_db(tmp_path)
-    cli(EXP, "play", "-b", 2, "-n", 3, cwd=tmp_path)
-    start = db.params_version()
     progress = tmp_path / "progress"
-    trainer = fleet.start(EXP, "train", "-b", 2, "-s", 100000, FAKE_PROGRESS=progress, FAKE_TRAIN_SLEEP=0.005)
+    knobs = dict(progress=progress, train_sleep=0.005)
+    cli(EXP, "play", "-b", 2, "-n", 3, cwd=tmp_path, **knobs)
+    start = db.params_version()
+    trainer = fleet.start(EXP, "train", "-b", 2, "-s", 100000)  # adopts the options of the run
     fleet.wait(lambda: progress.exists() and int(progress.read_text() or 0) >= 3, "updates", alive=(trainer,))
     assert db.params_version() == start, "nothing published before -s updates"
     assert trainer.stop(signal.SIGTERM) == 0, trainer.stderr()
@@ -309,7 +326,7 @@ ERRORS = {
     "no make_experiment": (lambda d: [write(d / "empty.py", "x = 1\n"), "train"], ["empty.py", "make_experiment"]),
     "unknown mode": (lambda d: [EXP, "dance"], ["dance", "play"]),
     "unknown db scheme": (lambda d: [EXP, "info", "--db", "mysql://localhost/x"], ["mysql://", "sqlite:///"]),
-    "nothing to clear": (lambda d: [EXP, "clear"], ["--all", "--del-sessions"]),
+    "nothing to clear": (lambda d: [EXP, "clear"], ["--all", "--del-", "--kill-"]),
 }
 
 
@@ -325,8 +342,8 @@ def test_bad_input_gives_one_clear_line_and_a_nonzero_exit(case, tmp_path):
 
 def test_params_of_another_shape_are_refused_and_kept(tmp_path):
     db = sqlite_db(tmp_path)
-    cli(EXP, "play", "-n", 1, cwd=tmp_path, FAKE_W_ROWS=5)  # another model under the same prefix
-    version, foreign = db.load_params()
+    foreign = {"w": np.ones((5, 2), np.float32), "updates": np.zeros(1, np.int64)}  # another model's params
+    version = db.save_params(foreign)
     for mode in ("train", "play"):
         proc = cli(EXP, mode, "-n", 1, cwd=tmp_path, check=False)
         assert proc.returncode != 0
@@ -416,8 +433,9 @@ def test_player_waits_for_a_restarted_redis_and_goes_on(redis_server, fleet):
 
 
 # -- unreachable Redis, part 2 -----------------------------------------------------------------------------------------
-def test_unreachable_redis_makes_eval_give_up_with_one_error(unreachable_eval):
-    proc, port, _ = unreachable_eval
+def test_unreachable_redis_makes_eval_give_up_with_one_error(unreachable):
+    procs, port = unreachable
+    proc = procs["eval"]
     try:
         code = proc.p.wait(timeout=120)  # eval retries for a bounded window, then gives up
     except subprocess.TimeoutExpired:
@@ -429,6 +447,10 @@ def test_unreachable_redis_makes_eval_give_up_with_one_error(unreachable_eval):
     assert last.startswith("tinyverse: error: "), err
     assert f"127.0.0.1:{port}" in last and "--db sqlite:///" in last, last
     assert all(" WARNING: " in line and "waiting" in line for line in logged), "only the one waiting message"
+    # the player and trainer, started with it, wait on: long-running workers never give up on the database
+    for worker in (procs["play"], procs["train"]):
+        assert worker.alive(), f"{worker.name} gave up:\n{worker.stderr()}"
+        assert worker.stderr().count("unreachable") == 1, "the waiting message is said once"
 
 
 STARVED = """
@@ -454,7 +476,7 @@ def test_a_starved_trainer_still_stops_on_sigterm(tmp_path, fleet):
     exp = tmp_path / "starved.py"
     exp.write_text(STARVED.format(tests=str(EXP.parent)))
     db = connect(f"sqlite:///{tmp_path / 'tinyverse.db'}", "starved")
-    db.add_sessions([{"x": np.zeros(3)}] * 8)
+    db.add_sessions([{"x": np.zeros(3)}] * 8, capacity=100)
     trainer = fleet.start(exp, "train", "-b", "4", "--device", "cuda:3")
     fleet.wait(lambda: db.workers(), "the trainer's heartbeat", alive=(trainer,))
     assert trainer.stop(signal.SIGTERM) == 0
@@ -464,5 +486,226 @@ def test_a_starved_trainer_still_stops_on_sigterm(tmp_path, fleet):
 def test_a_missing_extra_is_named(tmp_path):
     exp = tmp_path / "needs_box2d.py"
     exp.write_text("raise ModuleNotFoundError(\"No module named 'Box2D'\", name='Box2D')\n")
+    sqlite_db(tmp_path)
     out = run_cli(exp, "eval", cwd=tmp_path, check=False)
     assert out.returncode == 1 and "pip install 'tinyverse[box2d]'" in out.stderr
+
+
+# -- counts must be positive -------------------------------------------------------------------------------------------
+BAD_COUNTS = {
+    "play -b -3": (["play", "-b", "-3"], "-b/--batch-size", "'-3'"),
+    "play -b 0": (["play", "-b", "0"], "-b/--batch-size", "'0'"),
+    "play -s 0": (["play", "-s", "0"], "-s/--sync-every", "'0'"),
+    "play -n 0": (["play", "-n", "0"], "-n/--rounds", "'0'"),
+    "train -s 0": (["train", "-s", "0"], "-s/--save-every", "'0'"),
+    "train -b -1 -n 3": (["train", "-b", "-1", "-n", "3"], "-b/--batch-size", "'-1'"),
+    "train -n 1.5": (["train", "-n", "1.5"], "-n/--updates", "'1.5'"),
+    "play --buffer-size 0": (["play", "--buffer-size", "0"], "--buffer-size", "'0'"),
+    "eval -n 0": (["eval", "-n", "0"], "-n/--episodes", "'0'"),
+    "eval -n -1": (["eval", "-n", "-1"], "-n/--episodes", "'-1'"),
+    "run --players 0": (["run", "--players", "0"], "--players", "'0'"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_COUNTS)
+def test_counts_must_be_positive(case, tmp_path):
+    args, flag, value = BAD_COUNTS[case]
+    proc = cli(EXP, *args, cwd=tmp_path, check=False)
+    assert proc.returncode == 1
+    line = one_error_line(proc)
+    assert flag in line and f"at least 1, got {value}" in line, line
+    assert not (tmp_path / "tinyverse.db").exists(), "nothing runs on bad arguments"
+
+
+# -- options through --set -------------------------------------------------------------------------------------------
+def test_set_reaches_the_experiment_and_later_workers_adopt_the_stored_options(tmp_path):
+    db = sqlite_db(tmp_path)
+    cli(EXP, "play", "-b", 2, "-n", 2, cwd=tmp_path, session_length=5, epsilon=0.5)
+    assert db.setting("options")["session_length"] == 5 and db.setting("options")["epsilon"] == 0.5
+    cli(EXP, "play", "-b", 2, "-n", 1, cwd=tmp_path)  # no --set: the run's options
+    batch = db.get_batch([1, 2, 3, 4, 5, 6])
+    assert batch["observations"].shape == (6, 6, 4), "every session has 5 ticks"
+    cli(EXP, "train", "-b", 2, "-n", 2, cwd=tmp_path)  # the fake's train_step checks the session length
+    assert db.load_params()[1]["updates"][0] == 2
+    info = cli(EXP, "info", cwd=tmp_path).stdout
+    assert "session_length=5" in info and "epsilon=0.5" in info
+
+    conflict = cli(EXP, "train", "-n", 1, cwd=tmp_path, check=False, epsilon=0.2, session_length=5)
+    assert conflict.returncode == 1
+    line = one_error_line(conflict)
+    assert "epsilon=0.2" in line and "epsilon=0.5" in line and "session_length" not in line
+    assert db.setting("options")["epsilon"] == 0.5
+
+
+OPTION_ERRORS = {
+    "unknown name": ({"epsilonn": "0.2"}, ["no option 'epsilonn'", "epsilon"]),
+    "bad value": ({"epsilon": "lots"}, ["epsilon='lots'", "not a float"]),
+    "bad int": ({"session_length": "8.5"}, ["session_length='8.5'", "not a int"]),
+}
+
+
+@pytest.mark.parametrize("case", OPTION_ERRORS)
+def test_bad_options_are_one_line_errors(case, tmp_path):
+    options, words = OPTION_ERRORS[case]
+    proc = cli(EXP, "play", "-n", 1, cwd=tmp_path, check=False, **options)
+    assert proc.returncode == 1
+    line = one_error_line(proc)
+    for w in words:
+        assert w in line, f"{w!r} missing from {line}"
+    assert sqlite_db(tmp_path).setting("options") is None and sqlite_db(tmp_path).count_sessions() == (0, 0)
+
+
+def test_set_on_an_experiment_without_options_is_an_error(tmp_path):
+    exp = write(tmp_path / "plain.py", STARVED.format(tests=str(EXP.parent)))
+    for bad in (["--set", "epsilon=0.2"], ["--set", "epsilon"]):
+        proc = cli(exp, "play", "-n", 1, *bad, cwd=tmp_path, check=False)
+        assert proc.returncode == 1
+        line = one_error_line(proc)
+        assert (
+            ("takes no options" in line) if bad[1] == "epsilon=0.2" else ("NAME=VALUE" in line and "'epsilon'" in line)
+        )
+
+
+# -- corrupt and foreign sessions --------------------------------------------------------------------------------------
+def test_a_trainer_on_corrupt_sessions_makes_its_updates_and_says_so_once(tmp_path):
+    db = sqlite_db(tmp_path)
+    cli(EXP, "play", "-b", 2, "-n", 20, cwd=tmp_path)
+    with sqlite3.connect(tmp_path / "tinyverse.db") as conn:  # truncate every fourth record
+        conn.execute(f'UPDATE "{PREFIX}:sessions" SET data = substr(data, 1, 20) WHERE id % 4 = 0')
+    proc = cli(EXP, "train", "-b", 4, "-n", 30, "-s", 1000, cwd=tmp_path, timeout=60)
+    assert db.load_params()[1]["updates"][0] == 30, "every update made and published"
+    assert 1 <= db.counter("corrupt") <= 10
+    warnings = [line for line in proc.stderr.splitlines() if "corrupt" in line]
+    assert len(warnings) == 1, "the corrupt records are reported once, not at every batch:\n" + "\n".join(warnings)
+    assert "Traceback" not in proc.stderr
+
+
+ACROBOT = """
+import dataclasses
+import sys
+
+import gymnasium as gym
+import numpy as np
+
+sys.path.insert(0, {tests!r})
+from fake_experiment import Args, FakeExperiment
+
+
+class Acrobot(FakeExperiment):
+    '''Observations of 6 numbers instead of CartPole's 4; the same params.'''
+
+    def make_env(self, render_mode=None):
+        return gym.make("Acrobot-v1", render_mode=render_mode)
+
+    def act(self, observations, memory, greedy=False):
+        return np.zeros(len(observations), np.int64), {{"steps": memory["steps"] + 1}}
+
+
+def make_experiment(db, args: Args):
+    return Acrobot(db, **dataclasses.asdict(args))
+"""
+
+
+def test_workers_of_another_session_layout_are_refused(tmp_path):
+    db = sqlite_db(tmp_path)
+    cli(EXP, "play", "-b", 2, "-n", 2, cwd=tmp_path)
+    other = write(tmp_path / "acrobot.py", ACROBOT.format(tests=str(EXP.parent)))
+    train = cli(other, "train", "-n", 1, "--prefix", PREFIX, cwd=tmp_path, check=False)
+    assert train.returncode == 1
+    line = one_error_line(train)
+    assert "observations of shape [4]" in line and "[6]" in line
+    assert "--prefix" in line and "clear --del-sessions" in line
+    play = cli(other, "play", "-n", 1, "--prefix", PREFIX, cwd=tmp_path, check=False)
+    assert play.returncode == 1
+    line = one_error_line(play)
+    assert "another layout" in line and "[8, 6]" in line and "[8, 4]" in line
+    assert "--prefix" in line and "clear --del-sessions" in line
+    assert db.count_sessions() == (4, 4), "nothing of the other layout was stored"
+    assert db.params_version() == 1 and db.counter("updates") == 0
+
+
+# -- which database ----------------------------------------------------------------------------------------------------
+PASSWORD = "right-pw"
+
+
+@pytest.fixture
+def locked_redis(tmp_path):
+    """A private redis-server that wants a password; its port."""
+    if shutil.which("redis-server") is None:
+        pytest.fail("redis-server is not installed: apt-get install redis-server")
+    port = free_port()
+    cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    server = subprocess.Popen(
+        [*cmd, "--requirepass", PASSWORD], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    client = redis.Redis(port=port, password=PASSWORD, socket_connect_timeout=0.5)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+    yield port
+    server.kill()
+    server.wait()
+
+
+def test_a_wrong_password_is_refused_at_once_and_never_printed(tmp_path, locked_redis):
+    for mode in (["info"], [EXP, "play"]):
+        proc = cli(*mode, "--password", "sekret", "--port", locked_redis, cwd=tmp_path, check=False, timeout=20)
+        assert proc.returncode == 1
+        line = one_error_line(proc)
+        assert "refused the password" in line and f":{locked_redis}" in line
+        assert "sekret" not in proc.stderr + proc.stdout
+
+
+def test_host_port_password_and_key_prefix_select_the_server_and_namespace(tmp_path, locked_redis):
+    where = ["--host", "127.0.0.1", "--port", locked_redis, "--password", PASSWORD]
+    empty = cli("clear", "--all", *where, cwd=tmp_path)
+    assert empty.stdout.strip() == f"nothing to clear: no experiments in redis://:***@127.0.0.1:{locked_redis}/0"
+    cli(EXP, "play", "-b", 2, "-n", 2, "--key-prefix", "ns1", *where, cwd=tmp_path)
+    db = connect(f"redis://:{PASSWORD}@127.0.0.1:{locked_redis}/0", "ns1")
+    assert db.count_sessions() == (4, 4)
+    assert "ns1" in db.namespaces() and connect(db.url.replace("***", PASSWORD), "tinyverse").count_sessions()[0] == 0
+    info = cli("info", *where, cwd=tmp_path).stdout
+    assert info.startswith("[ns1] redis://:***@127.0.0.1:") and "4 stored" in info and PASSWORD not in info
+    assert not (tmp_path / "tinyverse.db").exists(), "nothing went to the default SQLite file"
+
+
+def test_info_and_plot_on_a_mistyped_sqlite_path_create_no_file(tmp_path):
+    sqlite_db(tmp_path).add_sessions([{"x": np.zeros(2)}], capacity=10)
+    for mode in ("info", "plot"):
+        proc = cli(EXP, mode, "--db", "sqlite:///tinyvers.db", cwd=tmp_path, check=False)
+        assert proc.returncode == 1
+        line = one_error_line(proc)
+        assert "no SQLite database at tinyvers.db" in line and "--db" in line
+        assert not (tmp_path / "tinyvers.db").exists()
+
+
+def test_info_reads_tinyverse_db_from_the_environment(tmp_path):
+    url = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    connect(url, "from_env").add_sessions([{"x": np.zeros(2)}] * 3, capacity=10)
+    out = cli("info", cwd=tmp_path, env={"TINYVERSE_DB": url}).stdout
+    assert out.startswith(f"[from_env] {url}") and "3 stored" in out
+    assert not (tmp_path / "tinyverse.db").exists()
+
+
+def test_clear_all_of_an_empty_database_says_there_is_nothing_to_clear(tmp_path):
+    sqlite_db(tmp_path)  # the file exists, no experiment has data
+    out = cli("clear", "--all", cwd=tmp_path)
+    assert out.stdout.strip() == "nothing to clear: no experiments in sqlite:///tinyverse.db"
+
+
+def test_buffer_size_changes_the_stored_capacity_and_says_so(tmp_path):
+    db = sqlite_db(tmp_path)
+    cli(EXP, "play", "-n", 1, cwd=tmp_path)
+    before = db.capacity()
+    assert before is not None and before != 500
+    proc = cli(EXP, "play", "-n", 1, "--buffer-size", 500, cwd=tmp_path)
+    assert db.capacity() == 500
+    (said,) = [line for line in proc.stderr.splitlines() if f"buffer size of {PREFIX}" in line]
+    assert "500" in said and str(before) in said and "every worker" in said
+    again = cli(EXP, "play", "-n", 1, "--buffer-size", 500, cwd=tmp_path)
+    assert db.capacity() == 500 and "buffer size" not in again.stderr, "said only when it changes"
