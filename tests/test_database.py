@@ -1,8 +1,9 @@
 """The database contract: one conformance suite, run against every backend through the ``db`` fixture.
 
 Backend-specific code is limited to writing and reading raw records past the
-encoder (to plant foreign data) and to checking, without timing anything, that
-sampling does a bounded amount of work whatever the number of sessions stored.
+encoder (to plant foreign or damaged data) and to checking, without timing
+anything, that sampling does a bounded amount of work whatever the number of
+sessions stored.
 """
 
 import inspect
@@ -21,12 +22,13 @@ import numpy as np
 import pytest
 import redis
 
-from tinyverse.database import base, connect
+from tinyverse.database import base, connect, masked
 from tinyverse.database.sqlite import SQLiteDatabase
-from tinyverse.encoding import decode, encode
-from tinyverse.errors import DatabaseError
+from tinyverse.encoding import decode, encode, layout
+from tinyverse.errors import DatabaseError, RecordError
 
 BIG = 10**6
+SESSION_KEYS = {"observations", "actions", "terminated", "frames", "who"}
 
 
 # -- helpers -----------------------------------------------------------------------
@@ -46,7 +48,7 @@ def make_session(i: int, worker: int = 0) -> dict:
 
 def check_session(s: dict, sampled: bool = True) -> tuple[int, int]:
     """Assert a session is intact; return its (worker, i). Sampled sessions also carry their ``id``."""
-    assert set(s) == {"observations", "actions", "terminated", "frames", "who"} | ({"id"} if sampled else set())
+    assert set(s) == SESSION_KEYS | ({"id"} if sampled else set())
     if sampled:
         assert s["id"].dtype == np.int64 and s["id"].shape == () and s["id"] >= 1
     worker, i = (int(x) for x in s["who"])
@@ -57,12 +59,30 @@ def check_session(s: dict, sampled: bool = True) -> tuple[int, int]:
     return worker, i
 
 
+def size(batch: dict) -> int:
+    """How many sessions a batch holds (``{}``: none)."""
+    return len(batch["id"]) if batch else 0
+
+
+def rows(batch: dict) -> list[dict]:
+    """A stacked batch cut back into its sessions."""
+    return [{k: v[j] for k, v in batch.items()} for j in range(size(batch))]
+
+
+def check_batch(batch: dict) -> list[tuple[int, int]]:
+    """Assert every session of a batch is intact; return their (worker, i)."""
+    if batch:
+        assert set(batch) == SESSION_KEYS | {"id"}
+        assert all(v.flags.writeable for v in batch.values())
+    return [check_session(s) for s in rows(batch)]
+
+
 def tiny(i: int) -> dict:
     return {"i": np.array(i, np.int64)}
 
 
-def markers(sessions) -> list[int]:
-    return [int(s["i"]) for s in sessions]
+def markers(batch: dict) -> list[int]:
+    return batch["i"].tolist() if batch else []
 
 
 def params_of(v: int) -> dict:
@@ -100,11 +120,30 @@ def raw_insert(db, data) -> None:
         r.close()
 
 
-def raw_records(db) -> list[tuple[int, bytes]]:
-    """Every stored session record as (id, raw bytes), read straight from the backend."""
+def raw_overwrite(db, session_id: int, data: bytes) -> None:
+    """Replace a stored record in place (a disk or a foreign writer damaging it)."""
     if is_sqlite(db):
         conn = sqlite3.connect(db.path, timeout=30)
-        rows = conn.execute(f'SELECT id, data FROM "{db.prefix}:sessions" ORDER BY id').fetchall()
+        with conn:
+            changed = conn.execute(f'UPDATE "{db.prefix}:sessions" SET data = ? WHERE id = ?', (data, session_id))
+            assert changed.rowcount == 1
+        conn.close()
+    else:
+        r = redis.Redis.from_url(db.url)
+        assert r.hset(f"{db.prefix}:sessions", session_id, data) == 0  # 0: an existing field was replaced
+        r.close()
+
+
+def raw_records(db) -> list[tuple[int, bytes]]:
+    """Every stored session record as (id, raw bytes), read straight from the backend.
+
+    SQLite keeps an empty record in place of a removed one until it is evicted (so that the
+    stored range and the count stay, as in Redis): those are left out.
+    """
+    if is_sqlite(db):
+        conn = sqlite3.connect(db.path, timeout=30)
+        sql = f"SELECT id, data FROM \"{db.prefix}:sessions\" WHERE data != x'' ORDER BY id"
+        rows = conn.execute(sql).fetchall()
         conn.close()
         return rows
     r = redis.Redis.from_url(db.url)
@@ -113,20 +152,45 @@ def raw_records(db) -> list[tuple[int, bytes]]:
     return rows
 
 
+def warnings_about(caplog, text: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name.startswith("tinyverse") and text in r.getMessage()]
+
+
+class Clock:
+    """``time`` for the database module, with a monotonic clock that can jump forward."""
+
+    def __init__(self):
+        self.offset = 0.0
+        self.time, self.sleep = time.time, time.sleep
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.offset
+
+
+def everything(db) -> None:
+    db.clear(sessions=True, params=True, workers=True, metrics=True)
+
+
 # -- real processes: small scripts run with the helpers above, importing only the core --------
 
 
 def child_script(main: str) -> str:
     helpers = [inspect.getsource(f) for f in (make_session, params_of)]
-    head = "import os, sys\nimport numpy as np\nfrom tinyverse.database import connect\n"
+    head = "import os, sys, time\nimport numpy as np\nfrom tinyverse.database import connect\n"
     return "\n\n".join([head, *helpers, textwrap.dedent(main)])
 
 
 WRITE_SESSIONS = child_script(
     """
-    url, prefix, worker, n, capacity = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
+    url, prefix = sys.argv[1:3]
+    worker, n, capacity = map(int, sys.argv[3:6])
+    gate = sys.argv[6] if len(sys.argv) > 6 else ""  # halfway, wait (up to 60 s) for this file to exist
     db = connect(url, prefix, retry_for=60)
     for i in range(n):
+        if gate and i == n // 2:
+            deadline = time.monotonic() + 60
+            while not os.path.exists(gate) and time.monotonic() < deadline:
+                time.sleep(0.01)
         db.add_sessions([make_session(i, worker)], capacity=capacity)
     """
 )
@@ -162,33 +226,62 @@ def join_all(procs: list[subprocess.Popen], timeout: float = 120.0) -> None:
     assert not failed, failed
 
 
+def in_threads(n: int, fn) -> list:
+    """Run ``fn(k)`` in ``n`` threads released together; return their results in order."""
+    barrier, results, errors = threading.Barrier(n), [None] * n, []
+
+    def run(k):
+        try:
+            barrier.wait(30)
+            results[k] = fn(k)
+        except BaseException as e:  # raised again in the test thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    if errors:
+        raise errors[0]
+    return results
+
+
 # -- the conformance suite: every test runs once per backend -----------------------
 
 
 class TestSessions:
     def test_empty_database(self, db):
         assert db.count_sessions() == (0, 0)
-        assert db.sample_sessions(5) == []
+        assert db.sample_batch(5) == {} and db.get_batch([1, 2]) == {}
         assert db.capacity() is None
+        assert db.counter("updates") == 0 and db.counter("corrupt") == 0
+
+    def test_an_append_needs_a_capacity(self, db):
+        with pytest.raises(TypeError, match="capacity"):
+            db.add_sessions([tiny(0)])
+        assert db.count_sessions() == (0, 0)
 
     def test_append_count_sample(self, db):
-        db.add_sessions([make_session(i) for i in range(3)])
-        db.add_sessions([make_session(3)])
+        db.add_sessions([make_session(i) for i in range(3)], capacity=BIG)
+        db.add_sessions([make_session(3)], capacity=BIG)
         assert db.count_sessions() == (4, 4)
-        got = db.sample_sessions(50)
-        assert len(got) == 50
-        assert {check_session(s) for s in got} <= {(0, i) for i in range(4)}
+        batch = db.sample_batch(50)
+        assert size(batch) == 50
+        assert set(check_batch(batch)) <= {(0, i) for i in range(4)}
 
     @pytest.mark.parametrize("n", [0, 1, 7, 300])
     def test_sample_returns_n_items_in_one_call(self, db, n):
-        db.add_sessions([tiny(i) for i in range(3)])
-        got = db.sample_sessions(n)
-        assert len(got) == n  # with replacement: more than stored is fine
-        assert set(markers(got)) <= {0, 1, 2}
+        db.add_sessions([tiny(i) for i in range(3)], capacity=BIG)
+        batch = db.sample_batch(n)
+        assert size(batch) == n  # with replacement: more than stored is fine
+        assert set(markers(batch)) <= {0, 1, 2}
+        assert batch == {} if n == 0 else batch["i"].shape == (n,)
 
     def test_sampling_is_uniform(self, db):
-        db.add_sessions([tiny(i) for i in range(10)])
-        counts = Counter(markers(db.sample_sessions(5000)))
+        db.add_sessions([tiny(i) for i in range(10)], capacity=BIG)
+        counts = Counter(markers(db.sample_batch(5000)))
         assert set(counts) == set(range(10))
         # 500 expected each, standard deviation ~21: a loose band that only a biased sampler leaves
         assert all(350 < c < 650 for c in counts.values()), counts
@@ -198,9 +291,9 @@ class TestSessions:
         db.add_sessions([tiny(i) for i in range(3, 12)], capacity=5)  # one call past capacity
         db.add_sessions([tiny(12)], capacity=5)
         assert db.count_sessions() == (5, 13)
-        got = db.sample_sessions(400)
-        assert set(markers(got)) == {8, 9, 10, 11, 12}
-        assert all(int(s["id"]) == int(s["i"]) + 1 for s in got), "each session carries the id it was added under"
+        batch = db.sample_batch(400)
+        assert set(markers(batch)) == {8, 9, 10, 11, 12}
+        assert (batch["id"] == batch["i"] + 1).all(), "each session carries the id it was added under"
         assert [i for i, _ in raw_records(db)] == [9, 10, 11, 12, 13]
 
     def test_the_first_capacity_sticks(self, db):
@@ -210,39 +303,59 @@ class TestSessions:
         assert db.capacity() == 4
         assert db.count_sessions() == (4, 10)
 
-    def test_capacity_set_later_evicts_at_once(self, db):
+    def test_an_append_does_not_override_a_set_capacity(self, db):
+        db.set_capacity(3)  # as play/train --buffer-size do before the first session
         db.add_sessions([tiny(i) for i in range(10)], capacity=100)
-        db.set_capacity(3)
         assert db.capacity() == 3
         assert db.count_sessions() == (3, 10)
-        assert set(markers(db.sample_sessions(200))) == {7, 8, 9}
+        assert [i for i, _ in raw_records(db)] == [8, 9, 10]
+
+    def test_capacity_set_later_evicts_at_once(self, db, caplog):
+        db.add_sessions([tiny(i) for i in range(10)], capacity=100)
+        with caplog.at_level(logging.WARNING, logger="tinyverse"):
+            db.set_capacity(3)
+        [said] = warnings_about(caplog, "buffer size")  # every worker's buffer changes: say so, with both sizes
+        assert "100" in said and "3" in said.replace("100", "")
+        assert db.capacity() == 3
+        assert db.count_sessions() == (3, 10)
+        assert [i for i, _ in raw_records(db)] == [8, 9, 10]  # evicted now, not at the next append
+        assert set(markers(db.sample_batch(200))) == {7, 8, 9}
         db.set_capacity(6)
         db.add_sessions([tiny(i) for i in range(10, 15)], capacity=100)
+        assert db.capacity() == 6
         assert db.count_sessions() == (6, 15)
-        assert set(markers(db.sample_sessions(300))) == set(range(9, 15))
+        assert set(markers(db.sample_batch(300))) == set(range(9, 15))
+
+    def test_setting_the_same_capacity_again_is_quiet(self, db, caplog):
+        db.set_capacity(5)
+        with caplog.at_level(logging.WARNING, logger="tinyverse"):
+            db.set_capacity(5)
+        assert db.capacity() == 5 and not warnings_about(caplog, "buffer size")
 
     @pytest.mark.parametrize("bad", [0, -5])
     def test_capacity_must_be_positive(self, db, bad):
+        db.set_capacity(7)
         with pytest.raises(DatabaseError, match="positive"):
             db.set_capacity(bad)
+        assert db.capacity() == 7
 
     def test_an_empty_append_changes_nothing(self, db):
         db.add_sessions([tiny(i) for i in range(5)], capacity=5)
         db.add_metrics("episodes", [{"return": float(i)} for i in range(50)])  # other rows, same connection
         db.add_sessions([], capacity=5)
         assert db.count_sessions() == (5, 5)
-        assert set(markers(db.sample_sessions(200))) == set(range(5))
+        assert set(markers(db.sample_batch(200))) == set(range(5))
 
     def test_twenty_thousand_sessions(self, db):
-        for start in range(0, 20_000, 2_000):
-            db.add_sessions([tiny(i) for i in range(start, start + 2_000)], capacity=BIG)
+        for begin in range(0, 20_000, 2_000):
+            db.add_sessions([tiny(i) for i in range(begin, begin + 2_000)], capacity=BIG)
         assert db.count_sessions() == (20_000, 20_000)
-        got = markers(db.sample_sessions(256))
+        got = markers(db.sample_batch(256))
         assert len(got) == 256 and all(0 <= i < 20_000 for i in got)
         assert len(set(got)) > 200  # draws spread over the whole range, not a few rows
         db.set_capacity(1_000)
         assert db.count_sessions() == (1_000, 20_000)
-        got = markers(db.sample_sessions(256))
+        got = markers(db.sample_batch(256))
         assert len(got) == 256 and all(19_000 <= i < 20_000 for i in got)
 
 
@@ -250,60 +363,96 @@ class TestSessionIds:
     def test_range_and_get_by_id(self, db):
         lo, hi = db.session_range()
         assert hi < lo
-        assert db.get_sessions([1, 2]) == {} and db.get_sessions([]) == {}
+        assert db.get_batch([1, 2]) == {} and db.get_batch([]) == {}
         db.add_sessions([tiny(i) for i in range(10)], capacity=6)
         assert db.session_range() == (5, 10)
-        got = db.get_sessions([10, 5, 4, 7, 7, 99])  # evicted, repeated and unknown ids
-        assert sorted(got) == [5, 7, 10]
-        assert {i: (int(s["i"]), int(s["id"])) for i, s in got.items()} == {5: (4, 5), 7: (6, 7), 10: (9, 10)}
-        assert db.get_sessions(np.array([6, 8])).keys() == {6, 8}
+        batch = db.get_batch([10, 5, 4, 7, 7, 99])  # evicted, repeated and unknown ids
+        assert batch["id"].tolist() == [10, 5, 7, 7] and markers(batch) == [9, 4, 6, 6]
+        assert db.get_batch(np.array([8, 6]))["id"].tolist() == [8, 6]  # NumPy ids, as a sampler has them
         db.clear(sessions=True)
         lo, hi = db.session_range()
-        assert hi < lo and db.get_sessions([5, 10]) == {}
+        assert hi < lo and db.get_batch([5, 10]) == {}
 
     def test_batches_stack_whole_sessions_with_their_ids(self, db):
         assert db.sample_batch(4) == {} and db.get_batch([1, 2]) == {} and db.get_batch([]) == {}
         db.add_sessions([make_session(i) for i in range(10)], capacity=6)  # ids 5..10 stay
         batch = db.sample_batch(16)
-        assert set(batch) == {"observations", "actions", "terminated", "frames", "who", "id"}
+        assert set(batch) == SESSION_KEYS | {"id"}
         assert batch["id"].dtype == np.int64 and batch["id"].shape == (16,)
+        assert batch["observations"].shape == (16, 26, 4) and batch["frames"].shape == (16, 64, 64)
         assert set(batch["id"].tolist()) <= set(range(5, 11))
-        for j, i in enumerate(batch["id"].tolist()):
-            row = {k: v[j] for k, v in batch.items()}
-            assert check_session(row) == (0, i - 1)
+        assert [(0, i - 1) for i in batch["id"].tolist()] == check_batch(batch)
         batch = db.get_batch([10, 5, 4, 7, 7, 99])  # evicted, repeated and unknown ids
         assert batch["id"].tolist() == [10, 5, 7, 7]
-        assert batch["who"][:, 1].tolist() == [9, 4, 6, 6]
+        assert check_batch(batch) == [(0, 9), (0, 4), (0, 6), (0, 6)]
         assert db.sample_batch(0) == {}
 
-    def test_a_batch_leaves_out_sessions_of_another_shape(self, db, caplog):
-        db.add_sessions([tiny(i) for i in range(3)])
-        db.add_sessions([{"i": np.arange(2)}])  # the experiment changed
-        with caplog.at_level(logging.WARNING, logger="tinyverse"):
-            batch = db.get_batch([1, 4, 2, 3])
-        assert batch["id"].tolist() == [1, 2, 3] and batch["i"].tolist() == [0, 1, 2]
-        assert "dropped 1 sessions of another shape" in caplog.text and db.skipped == 0
+    def test_batches_are_writable_and_independent(self, db):
+        db.add_sessions([make_session(i) for i in range(3)], capacity=BIG)
+        first = db.get_batch([1, 2, 3])
+        for v in first.values():
+            v[...] = 0  # a trainer may normalize in place
+        assert check_batch(db.get_batch([1, 2, 3])) == [(0, 0), (0, 1), (0, 2)]
 
     def test_sampled_ids_fetch_the_same_sessions(self, db):
-        db.add_sessions([make_session(i) for i in range(20)])
-        sampled = db.sample_sessions(8)
-        again = db.get_sessions([int(s["id"]) for s in sampled])
-        for s in sampled:
-            assert check_session(again[int(s["id"])]) == check_session(s)
+        db.add_sessions([make_session(i) for i in range(20)], capacity=BIG)
+        sampled = db.sample_batch(8)
+        again = db.get_batch(sampled["id"])
+        assert again["id"].tolist() == sampled["id"].tolist()
+        assert check_batch(again) == check_batch(sampled)
 
 
-class TestForeignRecords:
-    def test_corrupt_and_foreign_records_are_skipped_with_a_warning(self, db, caplog, tmp_path):
+class TestLayout:
+    def test_without_a_layout_a_batch_takes_the_first_good_one(self, db, caplog):
+        db.add_sessions([tiny(i) for i in range(3)], capacity=BIG)
+        db.add_sessions([{"i": np.arange(2)}], capacity=BIG)  # the experiment changed
+        with caplog.at_level(logging.WARNING, logger="tinyverse"):
+            batch = db.get_batch([1, 4, 2, 3])
+        assert batch["id"].tolist() == [1, 2, 3] and markers(batch) == [0, 1, 2]
+        assert warnings_about(caplog, "another layout") and "--del-sessions" in caplog.text
+        assert db.counter("corrupt") == 0 and [i for i, _ in raw_records(db)] == [1, 2, 3, 4]
+
+    def test_sessions_of_another_layout_are_skipped_never_returned_nor_deleted(self, db, caplog):
+        old = {"i": np.arange(2)}  # an earlier experiment's sessions, stored first
+        db.add_sessions([old, old], capacity=BIG)
+        db.add_sessions([tiny(i) for i in range(3)], capacity=BIG)
+        db.add_sessions([old], capacity=BIG)
+        db.layout = db.claim("layout", layout(tiny(0)))  # as a trainer does with the players' claim
+        assert db.layout == [["i", "<i8", []]]
+        with caplog.at_level(logging.WARNING, logger="tinyverse"):
+            by_id = db.get_batch([1, 3, 2, 4, 6, 5, 5])
+            sampled = [db.sample_batch(50) for _ in range(5)]
+        assert by_id["id"].tolist() == [3, 4, 5, 5] and markers(by_id) == [0, 1, 2, 2]
+        for batch in sampled:
+            assert 0 < size(batch) < 50  # 3 of the 6 ids hold the layout: 50 draws all of it is ~1e-15
+            assert batch["i"].shape == (size(batch),) and set(markers(batch)) <= {0, 1, 2}
+            assert (batch["id"] == batch["i"] + 3).all()
+        assert len(warnings_about(caplog, "another layout")) == 1  # once per interval, not once per batch
+        assert db.counter("corrupt") == 0
+        assert [i for i, _ in raw_records(db)] == [1, 2, 3, 4, 5, 6] and db.count_sessions() == (6, 6)
+
+        db.layout = layout(old)  # and the other way round: the old sessions were kept intact
+        batch = db.get_batch([1, 2, 3, 4, 5, 6])
+        assert batch["id"].tolist() == [1, 2, 6] and batch["i"].tolist() == [[0, 1]] * 3
+
+    def test_nothing_of_the_layout_gives_an_empty_batch(self, db):
+        db.add_sessions([{"i": np.arange(2)} for _ in range(3)], capacity=BIG)
+        db.layout = layout(tiny(0))
+        assert db.sample_batch(20) == {} and db.get_batch([1, 2, 3]) == {}
+        assert db.count_sessions() == (3, 3) and db.counter("corrupt") == 0
+
+
+class TestCorruptRecords:
+    def test_corrupt_and_foreign_records_are_removed_once_and_counted(self, db, caplog, tmp_path):
         target = tmp_path / "pwned"
 
         class Payload:
             def __reduce__(self):
                 return (open, (str(target), "w"))
 
-        db.add_sessions([tiny(i) for i in range(4)])
+        db.add_sessions([tiny(i) for i in range(4)], capacity=BIG)
         bad = [
             b"garbage",
-            b"",
             pickle.dumps(Payload()),
             pickle.dumps({"i": np.array(1)}),
             encode(tiny(99))[:-3],  # truncated
@@ -313,32 +462,188 @@ class TestForeignRecords:
             bad += ["a text value", 12345, 1.5]
         for data in bad:
             raw_insert(db, data)
-        assert db.count_sessions()[0] == 4 + len(bad)
+        good_ids, bad_ids = [1, 2, 3, 4], list(range(5, 5 + len(bad)))
+        assert [i for i, _ in raw_records(db)] == good_ids + bad_ids
 
         with caplog.at_level(logging.WARNING, logger="tinyverse"):
-            got = db.sample_sessions(300)
-        assert set(markers(got)) <= {0, 1, 2, 3}
-        assert len(got) + db.skipped == 300
-        assert db.skipped > 0
-        assert "skipped" in caplog.text and "corrupt or foreign record" in caplog.text
+            batch = db.get_batch([5, 1, 6, 2, 5, *bad_ids, 3, 4])
+            assert batch["id"].tolist() == [1, 2, 3, 4] and markers(batch) == [0, 1, 2, 3]
+            assert db.counter("corrupt") == len(bad)  # each once, though id 5 was asked for twice
+            assert [i for i, _ in raw_records(db)] == good_ids  # removed for good
+            assert db.get_batch(good_ids + bad_ids)["id"].tolist() == good_ids
+            for _ in range(5):
+                assert set(markers(db.sample_batch(64))) <= {0, 1, 2, 3}
+            assert db.counter("corrupt") == len(bad)  # not met again
+        assert len(warnings_about(caplog, "corrupt")) == 1
+        assert "removed" in caplog.text and "corrupt or foreign record" in caplog.text
         assert not target.exists()
 
-        # batches skip them the same way
-        skipped = db.skipped
-        batch = db.sample_batch(300)
-        assert set(batch["i"].tolist()) <= {0, 1, 2, 3}
-        assert len(batch["id"]) + db.skipped - skipped == 300
+        db.add_sessions([tiny(4)], capacity=BIG)  # and the store goes on
+        assert 4 in markers(db.sample_batch(500))
 
-        # fetching by id skips them the same way
-        skipped = db.skipped
-        lo, hi = db.session_range()
-        assert set(markers(db.get_sessions(list(range(lo, hi + 1))).values())) == {0, 1, 2, 3}
-        assert db.skipped == skipped + len(bad)
+    def test_sampling_removes_what_it_meets(self, db, caplog):
+        db.add_sessions([tiny(i) for i in range(4)], capacity=BIG)
+        for data in (b"junk", encode(tiny(98))[:-1], b"TVR1", encode(tiny(99))[:-3]):
+            raw_insert(db, data)  # ids 5..8
+        with caplog.at_level(logging.WARNING, logger="tinyverse"):
+            for _ in range(50):  # each batch meets every stored id with odds 1 - (7/8)^64
+                batch = db.sample_batch(64)
+                assert set(markers(batch)) <= {0, 1, 2, 3} and 0 < size(batch) <= 64
+                if db.counter("corrupt") == 4:
+                    break
+        assert db.counter("corrupt") == 4, "sampling met all of them and counted each once"
+        assert [i for i, _ in raw_records(db)] == [1, 2, 3, 4]
+        assert len(warnings_about(caplog, "corrupt")) == 1
+        for _ in range(3):
+            assert set(markers(db.sample_batch(64))) <= {0, 1, 2, 3}
+        assert db.counter("corrupt") == 4
 
-        # nothing stored was lost, and the good sessions still sample
-        assert db.count_sessions()[0] == 4 + len(bad)
-        db.add_sessions([tiny(4)])
-        assert 4 in markers(db.sample_sessions(500))
+    def test_a_record_truncated_in_the_store_counts(self, db):
+        db.add_sessions([make_session(i) for i in range(5)], capacity=BIG)
+        blob = dict(raw_records(db))[3]
+        raw_overwrite(db, 3, blob[: len(blob) // 2])
+        batch = db.get_batch([1, 2, 3, 4, 5])
+        assert batch["id"].tolist() == [1, 2, 4, 5]
+        assert check_batch(batch) == [(0, 0), (0, 1), (0, 3), (0, 4)]
+        assert db.counter("corrupt") == 1
+        assert [i for i, _ in raw_records(db)] == [1, 2, 4, 5]
+        assert db.get_batch([3]) == {} and db.counter("corrupt") == 1
+
+    def test_a_damaged_frame_counts(self, db):
+        """A record whose header is fine but whose compressed frames no longer inflate."""
+        db.add_sessions([make_session(i) for i in range(3)], capacity=BIG)
+        blob = bytearray(dict(raw_records(db))[2])
+        blob[-16 - 3] ^= 0xFF  # in the checksum of "frames" (zlib data), just before "who" (16 bytes)
+        raw_overwrite(db, 2, bytes(blob))
+        assert check_batch(db.get_batch([1, 2, 3])) == [(0, 0), (0, 2)]
+        assert db.counter("corrupt") == 1 and [i for i, _ in raw_records(db)] == [1, 3]
+
+    def test_the_warning_comes_at_most_once_per_interval(self, db, caplog, monkeypatch):
+        clock = Clock()
+        monkeypatch.setattr(base, "time", clock)
+        db.add_sessions([tiny(0)], capacity=BIG)
+
+        def damage(n: int) -> list[int]:
+            hi = db.count_sessions()[1]  # the last id handed out
+            for _ in range(n):
+                raw_insert(db, b"junk")
+            return list(range(hi + 1, hi + 1 + n))
+
+        with caplog.at_level(logging.WARNING, logger="tinyverse"):
+            for _ in range(5):
+                assert markers(db.get_batch([1, *damage(3)])) == [0]
+            assert db.counter("corrupt") == 15
+            assert len(warnings_about(caplog, "corrupt")) == 1
+            clock.offset += 29
+            db.get_batch(damage(2))
+            assert len(warnings_about(caplog, "corrupt")) == 1
+            clock.offset += 2  # past the 30 s interval
+            db.get_batch(damage(2))
+            assert len(warnings_about(caplog, "corrupt")) == 2
+        assert db.counter("corrupt") == 19
+
+    def test_a_removed_record_counts_as_stored_until_evicted(self, db):
+        db.add_sessions([tiny(i) for i in range(5)], capacity=BIG)
+        raw_overwrite(db, 5, b"junk")  # the newest
+        raw_overwrite(db, 1, b"junk")  # the oldest
+        assert markers(db.get_batch([1, 2, 3, 4, 5])) == [1, 2, 3]
+        assert db.counter("corrupt") == 2
+        assert db.count_sessions() == (5, 5)
+
+    def test_an_empty_record_is_never_handed_out(self, db):
+        db.add_sessions([tiny(i) for i in range(3)], capacity=BIG)
+        raw_overwrite(db, 2, b"")  # SQLite's mark of a removed record: already removed there, corrupt in Redis
+        assert markers(db.get_batch([1, 2, 3])) == [0, 2]
+        assert set(markers(db.sample_batch(100))) == {0, 2}
+        assert db.counter("corrupt") <= 1 and db.count_sessions() == (3, 3)
+        assert [i for i, _ in raw_records(db)] == [1, 3]
+
+
+class TestSettings:
+    def test_the_first_claim_wins(self, db, db_url):
+        assert db.setting("options") is None
+        assert db.claim("options", {"lr": 0.1, "env_id": "CartPole-v1", "seed": None}) == {
+            "lr": 0.1,
+            "env_id": "CartPole-v1",
+            "seed": None,
+        }
+        assert db.claim("options", {"lr": 0.2}) == {"lr": 0.1, "env_id": "CartPole-v1", "seed": None}
+        assert db.setting("options")["lr"] == 0.1
+        assert db.claim("layout", [["i", "<i8", []]]) == [["i", "<i8", []]]  # keys are independent
+        other = connect(db_url, db.prefix, retry_for=5)  # another worker sees the same
+        try:
+            assert other.claim("options", {"lr": 0.3})["lr"] == 0.1
+            assert other.setting("layout") == [["i", "<i8", []]]
+        finally:
+            other.close()
+
+    def test_concurrent_claims_agree(self, db, db_url):
+        keys = [f"k{j}" for j in range(20)]
+
+        def claim_all(k: int) -> list:
+            mine = connect(db_url, db.prefix, retry_for=30)
+            try:
+                return [mine.claim(key, {"by": k}) for key in keys]
+            finally:
+                mine.close()
+
+        results = in_threads(6, claim_all)
+        for j, key in enumerate(keys):
+            answers = [r[j] for r in results]
+            assert all(a == answers[0] for a in answers), (key, answers)
+            assert answers[0] in [{"by": k} for k in range(6)] and db.setting(key) == answers[0]
+
+    def test_updates_add_up(self, db):
+        assert db.counter("updates") == 0
+        assert db.add_updates(3) == 3
+        assert db.add_updates(4) == 7
+        assert db.counter("updates") == 7
+        assert db.counter("corrupt") == 0  # counters are independent
+
+    def test_concurrent_updates_lose_none(self, db, db_url):
+        threads, each = 4, 100
+
+        def add(k: int) -> list[int]:
+            mine = connect(db_url, db.prefix, retry_for=30)
+            try:
+                return [mine.add_updates(1) for _ in range(each)]
+            finally:
+                mine.close()
+
+        totals = [t for r in in_threads(threads, add) for t in r]
+        assert db.counter("updates") == threads * each
+        assert sorted(totals) == list(range(1, threads * each + 1))  # each increment saw its own total
+
+
+class TestStopRequests:
+    def test_a_stop_request_survives_a_clear_until_the_worker_leaves(self, db):
+        assert not db.stop_requested("w1")
+        db.heartbeat("w1", {"id": "w1"}, ttl=60)
+        db.request_stop("w1")
+        assert db.stop_requested("w1") and not db.stop_requested("w2")
+        db.clear(sessions=True, params=True, workers=True, metrics=True)
+        assert db.stop_requested("w1"), "clear deleted a stop request that a remote worker has not seen"
+        db.remove_worker("w1")
+        assert not db.stop_requested("w1")
+
+    def test_a_stop_request_expires(self, db, monkeypatch):
+        monkeypatch.setattr(base, "STOP_TTL", 0.3)
+        db.request_stop("gone")
+        assert db.stop_requested("gone")
+        wait_for(lambda: not db.stop_requested("gone"), "the stop request to expire")
+
+
+def raw_params(db, data: bytes) -> None:
+    """Overwrite the stored params record past the encoder."""
+    if is_sqlite(db):
+        conn = sqlite3.connect(db.path, timeout=30)
+        with conn:
+            assert conn.execute(f'UPDATE "{db.prefix}:params" SET data = ?', (data,)).rowcount == 1
+        conn.close()
+    else:
+        r = redis.Redis.from_url(db.url)
+        assert r.hset(f"{db.prefix}:params", "data", data) == 0
+        r.close()
 
 
 class TestParams:
@@ -386,6 +691,23 @@ class TestParams:
             assert loaded[k].dtype == v.dtype and loaded[k].shape == v.shape, k
             np.testing.assert_array_equal(loaded[k], v, err_msg=k)
         assert loaded["frames"].dtype == np.uint8
+        assert all(v.flags.writeable for v in loaded.values())  # set_params may load them in place
+
+    @pytest.mark.parametrize("damage", ["truncate", "garbage"])
+    def test_corrupt_params_name_themselves_and_the_fix(self, db, damage):
+        db.save_params(params_of(1))
+        db.save_params(params_of(2))
+        blob = encode(params_of(2))
+        raw_params(db, blob[:-10] if damage == "truncate" else b"not params at all")
+        with pytest.raises(RecordError) as info:
+            db.load_params()
+        message = str(info.value)
+        assert "stored params" in message and db.prefix in message and "clear --del-weights" in message
+        assert "corrupt or foreign record" in message and "\n" not in message
+        assert db.params_version() == 2  # the version is still readable: info can show it
+        assert db.save_params(params_of(3)) == 3  # and a new publish replaces the damage
+        version, loaded = db.load_params()
+        assert version == 3 and int(loaded["steps"]) == 3
 
 
 class TestWorkers:
@@ -440,44 +762,76 @@ PARTS = ["sessions", "params", "workers", "metrics"]
 
 
 def fill(db) -> None:
-    db.add_sessions([tiny(i) for i in range(3)])
+    db.add_sessions([tiny(i) for i in range(3)], capacity=BIG)
     db.save_params(params_of(1))
     db.heartbeat("w", {"id": "w"}, ttl=60)
     db.add_metrics("episodes", [{"return": 1.0}])
 
 
 def present(db) -> dict[str, bool]:
+    """Which parts that :func:`fill` stored are there (ids 1..9 hold its sessions, after any removed junk)."""
     return {
-        "sessions": db.count_sessions()[0] == 3 and len(db.sample_sessions(2)) == 2,
+        "sessions": markers(db.get_batch(range(1, 10))) == [0, 1, 2] and size(db.sample_batch(2)) == 2,
         "params": db.params_version() == 1 and db.load_params() is not None,
         "workers": db.workers() == [{"id": "w"}],
         "metrics": db.metrics("episodes") == [{"return": 1.0}],
     }
 
 
+def settle(db) -> dict:
+    """Store every kind of setting and counter (before :func:`fill`); return what was stored."""
+    db.set_capacity(50)
+    db.claim("options", {"lr": 0.1})
+    db.claim("layout", layout(tiny(0)))
+    db.add_updates(5)
+    raw_insert(db, b"junk")  # id 1, before any session: removed when met, and counted
+    assert db.get_batch([1]) == {}
+    db.request_stop("w")
+    return {"capacity": 50, "options": {"lr": 0.1}, "layout": layout(tiny(0)), "updates": 5, "corrupt": 1}
+
+
+def settings(db) -> dict:
+    return {
+        "capacity": db.capacity(),
+        "options": db.setting("options"),
+        "layout": db.setting("layout"),
+        "updates": db.counter("updates"),
+        "corrupt": db.counter("corrupt"),
+    }
+
+
 class TestClear:
     @pytest.mark.parametrize("part", PARTS)
     def test_clear_one_part_leaves_the_others(self, db, part):
+        stored = settle(db)
         fill(db)
         db.clear(**{part: True})
         assert present(db) == {p: p != part for p in PARTS}
+        # clearing sessions forgets their layout, and no other setting
+        assert settings(db) == {**stored, "layout": None if part == "sessions" else stored["layout"]}
+        assert db.stop_requested("w")
 
     def test_clear_nothing_and_everything(self, db):
+        stored = settle(db)
         fill(db)
         db.clear()
-        assert all(present(db).values())
+        assert all(present(db).values()) and settings(db) == stored
         db.clear(sessions=True, params=True, workers=True, metrics=True)
         assert not any(present(db).values())
-        assert db.sample_sessions(3) == [] and db.load_params() is None
+        assert db.sample_batch(3) == {} and db.load_params() is None
+        assert settings(db) == {"capacity": None, "options": None, "layout": None, "updates": 0, "corrupt": 0}
+        assert db.stop_requested("w")
+        db.add_sessions([tiny(i) for i in range(60)], capacity=7)  # the next run stores its own capacity
+        assert db.capacity() == 7 and db.count_sessions() == (7, 60)
 
     def test_sessions_after_a_clear(self, db):
         db.add_sessions([tiny(i) for i in range(5)], capacity=4)
         db.clear(sessions=True)
         assert db.count_sessions() == (0, 5)  # stored now, ever added
-        assert db.sample_sessions(4) == []
+        assert db.sample_batch(4) == {}
         db.add_sessions([tiny(i) for i in range(5, 11)], capacity=4)
         assert db.count_sessions() == (4, 11)
-        assert set(markers(db.sample_sessions(200))) == {7, 8, 9, 10}
+        assert set(markers(db.sample_batch(200))) == {7, 8, 9, 10}
 
 
 class TestNamespaces:
@@ -486,18 +840,22 @@ class TestNamespaces:
         other = connect(db_url, other_prefix, retry_for=5)
         try:
             fill(db)
-            assert other.count_sessions() == (0, 0) and other.sample_sessions(3) == []
+            db.claim("options", {"lr": 0.1})
+            db.add_updates(3)
+            assert other.count_sessions() == (0, 0) and other.sample_batch(3) == {}
             assert other.params_version() is None and other.workers() == [] and other.metrics("episodes") == []
+            assert other.setting("options") is None and other.counter("updates") == 0
             other.add_sessions([tiny(100)], capacity=1)
             other.save_params(params_of(1), min_version=40)
-            assert markers(other.sample_sessions(3)) == [100, 100, 100]
-            assert all(present(db).values()) and db.capacity() != 1
+            other.claim("options", {"lr": 0.5})
+            assert markers(other.sample_batch(3)) == [100, 100, 100]
+            assert all(present(db).values()) and db.capacity() == BIG and db.setting("options") == {"lr": 0.1}
 
             assert {db.prefix, other_prefix} <= set(db.namespaces())
             assert db.namespaces() == sorted(db.namespaces())
 
             other.clear(sessions=True, params=True, workers=True, metrics=True)
-            assert all(present(db).values())
+            assert all(present(db).values()) and db.setting("options") == {"lr": 0.1} and db.counter("updates") == 3
         finally:
             other.clear(sessions=True, params=True, workers=True, metrics=True)
             other.close()
@@ -524,28 +882,32 @@ class TestNamespaces:
 
 class TestConcurrency:
     @pytest.mark.parametrize("capacity", [BIG, 64])
-    def test_concurrent_writer_processes_lose_nothing(self, db, db_url, capacity):
-        writers, per_writer = 4, 200
-        procs = [start(WRITE_SESSIONS, db_url, db.prefix, w, per_writer, capacity) for w in range(writers)]
-        sampled, last_added = 0, 0
+    def test_concurrent_writer_processes_lose_nothing(self, db, db_url, capacity, tmp_path):
+        writers, per_writer, gate = 4, 200, tmp_path / "gate"
+        total = writers * per_writer
+        procs = [start(WRITE_SESSIONS, db_url, db.prefix, w, per_writer, capacity, gate) for w in range(writers)]
+        sampled, last_added, added_at_gate = 0, 0, None
         while any(p.poll() is None for p in procs):  # read while they write
             stored, added = db.count_sessions()
             assert added >= last_added and stored <= min(added, capacity)
             last_added = added
-            for s in db.sample_sessions(16):
-                check_session(s)
-                sampled += 1
+            batch = db.sample_batch(16)
+            assert size(batch) == 16 if stored else size(batch) in (0, 16)  # more may be stored by now
+            assert all(0 <= w < writers and 0 <= i < per_writer for w, i in check_batch(batch))
+            sampled += size(batch)
+            if sampled >= 64 and added_at_gate is None:  # the writers wait halfway until the reader has read
+                added_at_gate = db.count_sessions()[1]
+                gate.touch()
         join_all(procs)
-        total = writers * per_writer
+        assert added_at_gate is not None and added_at_gate <= total // 2, "the reader read while they wrote"
         assert db.count_sessions() == (min(total, capacity), total)
         records = raw_records(db)
         assert [i for i, _ in records] == list(range(total - min(total, capacity) + 1, total + 1))
         seen = [check_session(decode(data), sampled=False) for _, data in records]
         if capacity >= total:
             assert sorted(seen) == [(w, i) for w in range(writers) for i in range(per_writer)]
-        assert db.skipped == 0
-        for s in db.sample_sessions(64):
-            check_session(s)
+        assert db.counter("corrupt") == 0
+        assert size(db.sample_batch(64)) == 64 and len(check_batch(db.sample_batch(64))) == 64
 
     def test_a_reader_never_sees_half_written_params(self, db, db_url, tmp_path):
         stop = tmp_path / "stop"
@@ -576,14 +938,14 @@ class TestConcurrency:
             db.clear(sessions=True)
             clears += 1
             lo, hi = db.session_range()  # every id in the range is stored, whatever was appended meanwhile
-            assert len(db.get_sessions(list(range(lo, hi + 1)))) == max(hi - lo + 1, 0), f"after clear {clears}"
+            assert size(db.get_batch(range(lo, hi + 1))) == max(hi - lo + 1, 0), f"after clear {clears}"
         join_all([writer])
         stored, added = db.count_sessions()
         records = raw_records(db)
         assert added == 300 and stored == len(records), f"count says {stored}, {len(records)} stored"
         assert [i for i, _ in records] == list(range(added - stored + 1, added + 1))
-        assert len(db.sample_sessions(32)) == (32 if stored else 0)
-        assert clears > 0
+        assert size(db.sample_batch(32)) == (32 if stored else 0)
+        assert clears > 0 and db.counter("corrupt") == 0
 
     def test_writers_killed_mid_stream_leave_no_damage(self, db, db_url, tmp_path):
         sessions = start(WRITE_SESSIONS, db_url, db.prefix, 3, BIG, BIG)
@@ -631,10 +993,10 @@ def test_sqlite_sample_and_count_do_the_same_work_at_any_size(tmp_path, prefix):
         return steps[0]
 
     db.add_sessions([tiny(i) for i in range(1_000)], capacity=BIG)
-    small = [work(lambda: db.sample_sessions(64)), work(db.count_sessions)]
-    for start in range(1_000, 20_000, 1_900):
-        db.add_sessions([tiny(i) for i in range(start, start + 1_900)])
-    large = [work(lambda: db.sample_sessions(64)), work(db.count_sessions)]
+    small = [work(lambda: db.sample_batch(64)), work(db.count_sessions)]
+    for begin in range(1_000, 20_000, 1_900):
+        db.add_sessions([tiny(i) for i in range(begin, begin + 1_900)], capacity=BIG)
+    large = [work(lambda: db.sample_batch(64)), work(db.count_sessions)]
     assert db.count_sessions() == (20_000, 20_000)
     for s, b in zip(small, large, strict=True):
         assert b <= 2 * s + 20, (small, large)
@@ -659,20 +1021,20 @@ def test_redis_sample_and_count_use_only_bounded_commands(redis_server, prefix):
 
     def fill(upto: int) -> None:
         stored = db.count_sessions()[1]
-        for start in range(stored, upto, 2_000):
-            db.add_sessions([tiny(i) for i in range(start, min(start + 2_000, upto))])
+        for begin in range(stored, upto, 2_000):
+            db.add_sessions([tiny(i) for i in range(begin, min(begin + 2_000, upto))], capacity=BIG)
 
     bounded = {"get", "mget", "hget", "hmget", "exists", "hexists", "evalsha", "eval"}
     db.add_sessions([tiny(0)], capacity=BIG)
-    db.sample_sessions(1)  # loads any script once, so that only the steady state is counted
+    db.sample_batch(1)  # loads any script once, so that only the steady state is counted
     seen = {}
-    for size in (1_000, 20_000):
-        fill(size)
-        db.sample_sessions(1)  # the first call loads the Lua script into the server
-        seen[size] = [commands(lambda: db.sample_sessions(64)), commands(db.count_sessions)]
-        for calls in seen[size]:
+    for stored in (1_000, 20_000):
+        fill(stored)
+        db.sample_batch(1)  # the first call loads any Lua script into the server
+        seen[stored] = [commands(lambda: db.sample_batch(64)), commands(db.count_sessions)]
+        for calls in seen[stored]:
             assert set(calls) <= bounded, calls
-        assert sum(seen[size][0].values()) <= 64 + 4 and sum(seen[size][1].values()) <= 3
+        assert sum(seen[stored][0].values()) <= 64 + 4 and sum(seen[stored][1].values()) <= 3
     assert seen[1_000] == seen[20_000]
     assert db.count_sessions() == (20_000, 20_000)
     admin.close()
@@ -704,6 +1066,19 @@ def test_unreachable_redis_gives_one_clear_line():
     assert info.value.__cause__ is None and info.value.__suppress_context__
 
 
+def test_sqlite_without_create_needs_an_existing_file(tmp_path, prefix):
+    path = tmp_path / "missing.db"
+    with pytest.raises(DatabaseError, match="no SQLite database at .*missing.db"):
+        connect(f"sqlite:///{path}", prefix, retry_for=1, create=False)
+    assert not path.exists() and list(tmp_path.iterdir()) == []  # not even an empty file or a journal
+    made = connect(f"sqlite:///{path}", prefix, retry_for=1)  # create=True (the default) makes it
+    made.add_sessions([tiny(7)], capacity=BIG)
+    made.close()
+    found = connect(f"sqlite:///{path}", prefix, retry_for=1, create=False)
+    assert markers(found.get_batch([1])) == [7]
+    found.close()
+
+
 def test_sqlite_in_a_missing_folder(tmp_path):
     with pytest.raises(DatabaseError, match="--db"):
         connect(f"sqlite:///{tmp_path / 'no' / 'such' / 'dir.db'}", "p", retry_for=1)
@@ -717,9 +1092,68 @@ def test_sqlite_file_that_is_not_a_database(tmp_path):
     assert path.read_bytes().startswith(b"these are my notes")  # and it is left alone
 
 
+def test_masked_urls():
+    assert masked("redis://:secret@host:6379/0") == "redis://:***@host:6379/0"
+    assert masked("redis://user:secret@host:6379/0") == "redis://user:***@host:6379/0"
+    assert masked("redis://host:6379/0") == "redis://host:6379/0"
+    assert masked("sqlite:///tmp/x.db") == "sqlite:///tmp/x.db"
+    with pytest.raises(DatabaseError, match="unknown database URL") as info:
+        connect("mysql://user:secret@host/x", "p", retry_for=1)
+    assert "secret" not in str(info.value) and "***" in str(info.value)
+
+
+@pytest.fixture
+def locked_redis(redis_server):
+    """The private server with a password (never the shared one)."""
+    admin = redis.Redis.from_url(redis_server.url)
+    admin.config_set("requirepass", "secret")
+    admin.close()
+    return redis_server
+
+
+def test_a_redis_password_never_shows(locked_redis, prefix, caplog):
+    url = f"redis://:secret@127.0.0.1:{locked_redis.port}/0"
+    db = connect(url, prefix, retry_for=1)
+    assert db.url == f"redis://:***@127.0.0.1:{locked_redis.port}/0"
+    db.add_sessions([tiny(5)], capacity=BIG)  # the password itself works
+    assert markers(db.sample_batch(2)) == [5, 5]
+    locked_redis.stop()
+    with caplog.at_level(logging.WARNING, logger="tinyverse"):
+        with pytest.raises(DatabaseError, match="cannot reach") as info:
+            db.count_sessions()
+    assert "***" in str(info.value)
+    assert "secret" not in str(info.value) + caplog.text + repr(vars(db).get("url"))
+    db.close()
+
+
+@pytest.mark.parametrize("password", ["wrong", None])
+def test_a_wrong_redis_password_fails_at_once(locked_redis, prefix, caplog, password):
+    auth = "" if password is None else f":{password}@"
+    url = f"redis://{auth}127.0.0.1:{locked_redis.port}/0"
+    outcome = {}
+
+    def run():
+        try:
+            connect(url, prefix, retry_for=None)  # waits for ever for a server that is down: not for this
+        except Exception as e:
+            outcome["error"] = e
+
+    with caplog.at_level(logging.WARNING, logger="tinyverse"):
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        thread.join(30)  # a hang guard only: a retried refusal would never end
+        assert not thread.is_alive(), "a refused password was retried"
+    error = outcome.get("error")
+    assert isinstance(error, DatabaseError), repr(error)
+    assert "password" in str(error) and "\n" not in str(error)
+    if password:
+        assert password not in str(error) and "***" in str(error)
+    assert not warnings_about(caplog, "unreachable")  # refused, not waited out
+
+
 def test_redis_restart_is_waited_out(redis_server, prefix, caplog):
     db = connect(redis_server.url, prefix, retry_for=None)  # as players and trainers run: wait for ever
-    db.add_sessions([make_session(1)])
+    db.add_sessions([make_session(1)], capacity=BIG)
     db.save_params(params_of(1))
     redis_server.stop()
 
@@ -727,8 +1161,8 @@ def test_redis_restart_is_waited_out(redis_server, prefix, caplog):
 
     def use():
         try:
-            db.add_sessions([make_session(2)])
-            result["sample"] = db.sample_sessions(8)
+            db.add_sessions([make_session(2)], capacity=BIG)
+            result["sample"] = db.sample_batch(8)
             result["count"] = db.count_sessions()
         except Exception as e:  # surfaced to the test below
             result["error"] = e
@@ -746,7 +1180,7 @@ def test_redis_restart_is_waited_out(redis_server, prefix, caplog):
     # the private server keeps nothing across a restart; what was written after it is there
     # (a retried append may apply twice: the contract allows duplicates, never damage)
     assert 1 <= result["count"][0] <= 2
-    assert [check_session(s) for s in result["sample"]] == [(0, 2)] * 8
+    assert check_batch(result["sample"]) == [(0, 2)] * 8
     assert db.load_params() is None
     db.save_params(params_of(1))
     assert db.params_version() == 1
