@@ -2,6 +2,7 @@
 
     python bench/cartpole.py                          # 3 seeds, 180 s budget each run
     python bench/cartpole.py --seeds 0 --budget-s 120
+    python bench/cartpole.py --set updates_per_step=0.5    # options of cartpole_dqn.py (play and train)
 
 Solved means: the first 20-episode greedy eval with mean return >= 475. Each run ends when solved
 or when its training clock passes ``--budget-s``. Runs go one at a time, never side by side.
@@ -42,9 +43,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from tinyverse.database import connect  # noqa: E402
 from tinyverse.experiment import load_experiment  # noqa: E402
-from tinyverse.player import sync_params  # noqa: E402
+from tinyverse.params import sync_params  # noqa: E402
 
-torch.set_num_threads(1)  # MEASURED.md: the default thread count is a 4x trap on 2 cores
+torch.set_num_threads(1)  # torch's default thread count made a DQN run 4x slower with several processes on 2 cores
 EXAMPLE = ROOT / "examples" / "cartpole_dqn.py"
 SOLVED, EPISODES = 475.0, 20
 ZOO = dict(  # rl-baselines3-zoo hyperparams/dqn.yml, CartPole-v1 (n_timesteps 5e4)
@@ -117,20 +118,25 @@ def run_sb3(seed: int, budget_s: float, eval_every_s: float) -> dict:
     return judge.result
 
 
-def run_tinyverse(seed: int, budget_s: float, eval_every_s: float, play_b: int, train_b: int) -> dict:
+def run_tinyverse(
+    seed: int, budget_s: float, eval_every_s: float, play_b: int, train_b: int, options: list[str] = ()
+) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix="bench-cartpole-"))
     env = {k: v for k, v in os.environ.items() if k != "TINYVERSE_DB"}  # the default: ./tinyverse.db
     cmd = [sys.executable, "-m", "tinyverse", str(EXAMPLE)]
+    sets = [a for o in options for a in ("--set", o)]  # both get them: either may store the run's options first
     logs = [open(workdir / f"{role}.log", "w") for role in ("play", "train")]
     start = time.monotonic()
     procs = [
-        subprocess.Popen([*cmd, "play", "-b", str(play_b), "--seed", str(seed)], cwd=workdir, env=env, stderr=logs[0]),
-        subprocess.Popen([*cmd, "train", "-b", str(train_b)], cwd=workdir, env=env, stderr=logs[1]),
+        subprocess.Popen(
+            [*cmd, "play", "-b", str(play_b), "--seed", str(seed), *sets], cwd=workdir, env=env, stderr=logs[0]
+        ),
+        subprocess.Popen([*cmd, "train", "-b", str(train_b), *sets], cwd=workdir, env=env, stderr=logs[1]),
     ]
     paused, result = 0.0, {}
     try:
         db = connect(f"sqlite:///{workdir / 'tinyverse.db'}", EXAMPLE.stem, retry_for=30)
-        exp, version = load_experiment(str(EXAMPLE), db), None
+        exp, version = load_experiment(str(EXAMPLE), db, dict(o.split("=", 1) for o in options)), None
         while True:
             clock = time.monotonic() - start - paused
             time.sleep(max(0.0, eval_every_s * (int(clock / eval_every_s) + 1) - clock))
@@ -178,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-every-s", type=float, default=3.0, help="training seconds between evals (default 3)")
     parser.add_argument("--play-b", type=int, default=1, help="tinyverse player: environments (play -b)")
     parser.add_argument("--train-b", type=int, default=16, help="tinyverse trainer: sessions a batch (train -b)")
+    parser.add_argument(
+        "--set", dest="options", metavar="NAME=VALUE", action="append", default=[], help="an option of the example"
+    )
     parser.add_argument("--only", choices=["sb3", "tinyverse"], help="run one system alone (no ratio)")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -189,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             sb3 = run_sb3(seed, args.budget_s, args.eval_every_s)
         if args.only != "sb3":
             print(f"seed {seed}: tinyverse {EXAMPLE.name}", flush=True)
-            tv = run_tinyverse(seed, args.budget_s, args.eval_every_s, args.play_b, args.train_b)
+            tv = run_tinyverse(seed, args.budget_s, args.eval_every_s, args.play_b, args.train_b, args.options)
         rows.append((seed, sb3, tv))
 
     def cell(r):  # None: not run; {}: not solved within the budget

@@ -5,6 +5,7 @@
     python bench/dqn.py --ablate --envs CartPole-v1 --seeds 0,1,2            # each improvement off in turn
     python bench/dqn.py --envs Acrobot-v1 --seeds 1 --json runs.jsonl         # rows also appended as JSON
     python bench/dqn.py --report runs.jsonl                                   # tables of saved rows
+    python bench/dqn.py --envs Acrobot-v1 --seeds 0 --set pace_slack=500      # options of examples/dqn.py
 
 Runs are sequential; on a machine with many cores, start one script per run with ``--json`` to the
 same file and print the merged tables with ``--report``.
@@ -20,7 +21,8 @@ first eval that solves.
   (hyperparams/dqn.yml; LunarLander-v3 takes the v2 entry), one torch thread; the clock starts
   when the model is built (imports done).
 - tinyverse: ``python -m tinyverse examples/dqn.py train`` and ``play`` (one per ``--players``)
-  as real subprocesses on a fresh SQLite file, configured by DQN_* variables; this process polls
+  as real subprocesses on a fresh SQLite file, configured by ``--set`` options (env_id, seed, the
+  ablation's switches, this script's ``--set``), each given to every process; this process polls
   the env step count and evaluates the stored params. The clock starts at the spawn, so process
   start-up (importing torch: seconds on a busy machine) counts against tinyverse.
 
@@ -28,7 +30,6 @@ On a machine with few cores, evals and all processes share them: compare ratios 
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
@@ -47,6 +48,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from tinyverse.database import connect  # noqa: E402
+from tinyverse.experiment import load_experiment  # noqa: E402
 
 torch.set_num_threads(1)
 DQN_FILE = ROOT / "examples" / "dqn.py"
@@ -82,13 +84,13 @@ ZOO = {  # rl-baselines3-zoo hyperparams/dqn.yml, all with policy_kwargs net_arc
     "Acrobot-v1": _LUNAR,
     "LunarLander-v3": _LUNAR,
 }
-ABLATIONS = {  # name: DQN_* overrides of examples/dqn.py
+ABLATIONS = {  # name: --set options of examples/dqn.py
     "all": {},
-    "no-double": {"DQN_DOUBLE": "0"},
-    "no-dueling": {"DQN_DUELING": "0"},
-    "1-step": {"DQN_N_STEP": "1"},
-    "no-per": {"DQN_PER": "0"},
-    "none": {"DQN_DOUBLE": "0", "DQN_DUELING": "0", "DQN_N_STEP": "1", "DQN_PER": "0"},
+    "no-double": {"double": "0"},
+    "no-dueling": {"dueling": "0"},
+    "1-step": {"n_step": "1"},
+    "no-per": {"per": "0"},
+    "none": {"double": "0", "dueling": "0", "n_step": "1", "per": "0"},
 }
 
 
@@ -177,23 +179,17 @@ def run_tinyverse(
     config: str = "all",
     stop_solved: bool = False,
     max_steps: int | None = None,
+    extra: list[tuple[str, str]] = (),
 ) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix="tinyverse-bench-dqn-"))
     url = f"sqlite:///{workdir / 'bench.db'}"
-    env = {**os.environ, "DQN_ENV": env_id, "DQN_SEED": str(seed), **ABLATIONS[config]}
+    options = {"env_id": env_id, "seed": str(seed), **ABLATIONS[config], **dict(extra)}
+    sets = [a for k, v in options.items() for a in ("--set", f"{k}={v}")]
     total, every = max_steps or ZOO[env_id]["n_timesteps"], EVAL_EVERY[env_id]
     base = [sys.executable, "-m", "tinyverse", str(DQN_FILE)]
-    common = ["--db", url, "--prefix", "bench", "-q"]
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # this process's copy of the experiment sees the same settings
-    try:
-        spec = importlib.util.spec_from_file_location("bench_dqn_example", DQN_FILE)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        exp = module.DQN(None)
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    common = ["--db", url, "--prefix", "bench", "-q", *sets]  # every process: any may store the options first
+    env = dict(os.environ)
+    exp = load_experiment(str(DQN_FILE), None, options)  # this process's copy, for evaluation
     T = exp.session_length
     logs = [open(workdir / f"{name}.log", "wb") for name in ["trainer", *(f"player-{i}" for i in range(players))]]
     started = time.monotonic()
@@ -325,12 +321,21 @@ def main():
     p.add_argument("--steps", type=int, help="env steps of a run (default: RL-Zoo's n_timesteps)")
     p.add_argument("--stop-solved", action="store_true", help="end each run at its first solving eval")
     p.add_argument("--json", metavar="FILE", help="also append each run's row to FILE as a JSON line")
+    p.add_argument(
+        "--set",
+        dest="options",
+        metavar="NAME=VALUE",
+        action="append",
+        default=[],
+        help="an option of examples/dqn.py for the tinyverse runs (repeat for more)",
+    )
     p.add_argument("--report", nargs="+", metavar="FILE", help="print tables of rows saved by --json")
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed bench stops its tinyverse processes too
     if args.report:
         show([json.loads(line) for f in args.report for line in Path(f).read_text().splitlines() if line.strip()])
         return
+    extra = [tuple(o.split("=", 1)) for o in args.options]
     rows = []
     for env_id in args.envs.split(","):
         assert env_id in ZOO, f"no preset for {env_id}: pick from {', '.join(ZOO)}"
@@ -346,7 +351,9 @@ def main():
                 if system == "sb3":
                     row = run_sb3(env_id, seed, args.budget_s, args.stop_solved, args.steps)
                 else:
-                    row = run_tinyverse(env_id, seed, args.budget_s, players, config, args.stop_solved, args.steps)
+                    row = run_tinyverse(
+                        env_id, seed, args.budget_s, players, config, args.stop_solved, args.steps, extra
+                    )
                 if args.json:
                     with open(args.json, "a") as f:
                         f.write(json.dumps(row) + "\n")

@@ -32,7 +32,7 @@ def main():
     logging.basicConfig(level=logging.WARNING)
     db = connect(f"sqlite:///{tempfile.mkdtemp()}/prefetch.db", "bench")
     exp = load_experiment(str(ROOT / "examples" / "cartpole_dqn.py"), db)
-    exp.args.updates_per_step = 1e9  # no pacing: measure the training loop alone
+    exp.updates_per_step, exp.learning_starts = None, 0  # no pacing: measure the training loop alone
     T = exp.session_length
     session = {
         "observations": np.random.rand(T + 1, 4).astype(np.float32),

@@ -10,7 +10,6 @@ and then timed through the public API, encoding and decoding included:
   append also evicts;
 - sample: ``sample_batch(--sample-batch)``, the trainer's default: sessions drawn uniformly and
   decoded into stacked arrays, ready to train on;
-- list: ``sample_sessions(--sample-batch)``, the same sessions as a list of dicts (not stacked);
 - get: ``session_range()`` + ``get_batch(ids)`` of random ids (the path of prioritized replay).
 
 Next to them, raw redis-py on the same server with values of the same byte size: pipelined SET of
@@ -195,8 +194,8 @@ def bench(backend, url, payload, sessions, sizes, raw, args, r) -> list[list[str
             per_transition = stored_bytes(db, r) / (n * T)
             turn = iter(range(10**12))
 
-            def add(turn=turn):
-                db.add_sessions([sessions[next(turn) % len(sessions)] for _ in range(args.add_batch)])
+            def add(turn=turn, n=n):
+                db.add_sessions([sessions[next(turn) % len(sessions)] for _ in range(args.add_batch)], n)
 
             def get():
                 lo, hi = db.session_range()
@@ -204,7 +203,6 @@ def bench(backend, url, payload, sessions, sizes, raw, args, r) -> list[list[str
 
             add_s = timed(add, args.seconds) * args.add_batch
             sample_s = timed(lambda: db.sample_batch(args.sample_batch), args.seconds) * args.sample_batch
-            list_s = timed(lambda: db.sample_sessions(args.sample_batch), args.seconds) * args.sample_batch
             get_s = timed(get, args.seconds) * args.sample_batch
             mb = size_b / 2**20
             rows.append(
@@ -216,7 +214,6 @@ def bench(backend, url, payload, sessions, sizes, raw, args, r) -> list[list[str
                     f"{add_s * mb:,.1f}",
                     f"{sample_s:,.0f}",
                     f"{sample_s * mb:,.1f}",
-                    f"{list_s:,.0f}",
                     f"{get_s:,.0f}",
                     f"{add_s / raw_add:.2f}",
                     f"{sample_s / raw_get:.2f}",
@@ -245,7 +242,6 @@ def table(rows: list[list[str]]) -> str:
         "add MB/s",
         "sample/s",
         "sample MB/s",
-        "list/s",
         "get/s",
         "add vs raw",
         "sample vs raw",
@@ -294,7 +290,7 @@ def main():
             mb = size / 2**20
             print(f"{payload}: {size:,} B a session encoded; raw redis-py: SET {raw_add:,.0f}/s, MGET {raw_get:,.0f}/s")
             raw_row = ["raw redis", payload, "1,000", f"{raw_add:,.0f}", f"{raw_add * mb:,.1f}", f"{raw_get:,.0f}"]
-            rows.append(raw_row + [f"{raw_get * mb:,.1f}", "", "", "1.00", "1.00", "", ""])
+            rows.append(raw_row + [f"{raw_get * mb:,.1f}", "", "1.00", "1.00", "", ""])
             if payload == "atari":  # the same arrays stored without a codec
                 plain = b"x" * sum(a.nbytes for a in sessions[0].values())
                 unzipped = Raw(r, f"{raw_prefix}-{payload}-plain", plain, n=200)
@@ -304,7 +300,7 @@ def main():
                 print(f"  uncompressed ({len(plain):,} B): SET {plain_add:,.0f}/s, MGET {plain_get:,.0f}/s")
                 rows.append(
                     ["raw uncompressed", payload, "200", f"{plain_add:,.0f}", f"{plain_add * pmb:,.1f}"]
-                    + [f"{plain_get:,.0f}", f"{plain_get * pmb:,.1f}", "", "", "", "", "", ""]
+                    + [f"{plain_get:,.0f}", f"{plain_get * pmb:,.1f}", "", "", "", "", ""]
                 )
             for backend in args.backends.split(","):
                 if backend == "sqlite":
@@ -322,8 +318,8 @@ def main():
     print()
     print(table(rows))
     print(
-        "\nadd/s, sample/s, list/s, get/s: sessions per second (sample = sample_batch, stacked; list ="
-        " sample_sessions; get = session_range + get_batch, prioritized replay's path); MB/s of encoded"
+        "\nadd/s, sample/s, get/s: sessions per second (sample = sample_batch, stacked;"
+        " get = session_range + get_batch, prioritized replay's path); MB/s of encoded"
         " sessions; vs raw = tinyverse / raw redis-py with values of the same size"
         f" (pipelined SET x{args.add_batch}, MGET x{args.sample_batch}); B/transition: stored bytes / (sessions x"
         " ticks)"

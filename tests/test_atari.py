@@ -197,19 +197,20 @@ def test_frame_memory_gives_the_same_windows_as_frame_window():
 @pytest.mark.parametrize("episode", [3, 7])
 def test_trainer_rebuilds_every_window_the_player_acted_on(tmp_path, monkeypatch, episode):
     """The real player records sessions crossing episode ends; window_indices gets back its exact windows."""
-    monkeypatch.setenv("TINYVERSE_ATARI_MAX_STEPS", str(episode))
     import atari_a2c
 
     db = connect(f"sqlite:///{tmp_path / 'w.db'}", "w")
-    exp = atari_a2c.make_experiment(db)
+    exp = atari_a2c.make_experiment(db, atari_a2c.Args(max_episode_steps=episode))
     seen = []
     act = exp.act
     monkeypatch.setattr(exp, "act", lambda o, m, greedy=False: (seen.append(exp.frames.push(o, m)[0]), act(o, m))[1])
     play(exp, db, batch_size=2, sessions=2, seed=0)
     seen = np.stack(seen, axis=1)  # (B, rounds x T, K, H, W)
     K, T = exp.args.window, exp.session_length
-    sessions = sorted(db.get_sessions(list(range(1, 5))).items())
-    for n, (_, s) in enumerate(sessions):  # ids 1, 2: round 0, envs 0, 1; ids 3, 4: round 1
+    batch = db.get_batch([1, 2, 3, 4])
+    assert batch["id"].tolist() == [1, 2, 3, 4]
+    for n in range(4):
+        s = {k: v[n] for k, v in batch.items()}  # ids 1, 2: round 0, envs 0, 1; ids 3, 4: round 1
         rnd, env = divmod(n, 2)
         term, trunc = s["terminated"][None], s["truncated"][None]
         assert trunc.sum() >= T // episode - 1 and not term.any()
@@ -252,15 +253,15 @@ def test_gae_cuts_at_episode_ends_and_bootstraps_only_truncations():
     np.testing.assert_allclose(got[0].numpy(), expected, rtol=1e-6)
 
 
-def test_train_step_runs_on_uint8_sessions_and_changes_the_params(tmp_path, monkeypatch):
-    monkeypatch.setenv("TINYVERSE_ATARI_MAX_STEPS", "9")
+def test_train_step_runs_on_uint8_sessions_and_changes_the_params(tmp_path):
     import atari_a2c
 
     db = connect(f"sqlite:///{tmp_path / 't.db'}", "t")
-    exp = atari_a2c.make_experiment(db)
+    exp = atari_a2c.make_experiment(db, atari_a2c.Args(max_episode_steps=9))
     play(exp, db, batch_size=2, sessions=2, seed=0)
-    batch = {k: np.stack([s[k] for s in db.get_sessions([1, 2, 3, 4]).values()]) for k in ("observations", "actions")}
+    batch = db.get_batch([1, 2, 3, 4])
     assert batch["observations"].dtype == np.uint8 and batch["observations"].shape[1:] == (26, 80, 80)
+    assert exp.sample(db, 5) == {}  # not enough sessions yet: "not yet", at once (the loop waits, not sample)
 
     before = exp.get_params()
     exp.prepare_training()
@@ -273,13 +274,24 @@ def test_train_step_runs_on_uint8_sessions_and_changes_the_params(tmp_path, monk
     db.close()
 
 
+def test_the_reuse_bound_is_a_pace():
+    """Each update samples train_batch_size sessions of session_length ticks: max_reuse uses of each."""
+    import atari_a2c
+
+    exp = atari_a2c.make_experiment(None, atari_a2c.Args(max_reuse=4.0, recent_sessions=64))
+    assert exp.updates_per_step == pytest.approx(4.0 / (exp.train_batch_size * exp.session_length))
+    assert (exp.learning_starts, exp.pace_slack) == (0, 64 * exp.session_length)
+    # options stored as JSON come back as lists: the tuples are restored
+    assert atari_a2c.Args(actions=["NOOP", "LEFT"], crop=[0, 1, 2, 3], size=[80, 80]).size == (80, 80)
+
+
 # -- end to end through the CLI ---------------------------------------------------------------------------------------
 def test_pong_play_train_eval_with_video(tmp_path):
     import imageio.v2 as imageio
 
-    env = {"TINYVERSE_ATARI_MAX_STEPS": "40", "TINYVERSE_DEVICE": "cpu"}
+    env = {"TINYVERSE_DEVICE": "cpu"}
     url = ["--db", f"sqlite:///{tmp_path / 'pong.db'}"]
-    run_cli(EXP, "play", "-n", 2, "-b", 2, *url, cwd=tmp_path, env=env, timeout=60)
+    run_cli(EXP, "play", "-n", 2, "-b", 2, *url, "--set", "max_episode_steps=40", cwd=tmp_path, env=env, timeout=60)
     train = run_cli(EXP, "train", "-n", 2, "-b", 4, *url, cwd=tmp_path, env=env, timeout=60)
     assert "stopped after 2 updates" in train.stderr
     ev = run_cli(EXP, "eval", "-n", 1, "--record", "videos", *url, cwd=tmp_path, env=env, timeout=60)
@@ -293,15 +305,15 @@ def test_pong_play_train_eval_with_video(tmp_path):
 
 
 def test_run_with_two_players(tmp_path):
-    env = {"TINYVERSE_ATARI_MAX_STEPS": "40", "TINYVERSE_DEVICE": "cpu"}
+    env = {"TINYVERSE_DEVICE": "cpu"}
     db_path = tmp_path / "run.db"
-    args = ["run", "--players", 2, "-n", 600, "--train-batch", 4, "--eval-episodes", 1]
+    args = ["run", "--players", 2, "-n", 600, "--train-batch", 4, "--eval-episodes", 1, "--set", "max_episode_steps=40"]
     out = run_cli(EXP, *args, "--db", f"sqlite:///{db_path}", cwd=tmp_path, env=env, timeout=90)
     assert "run stopped: reached" in out.stdout, out.stdout + out.stderr
     assert "mean return" in out.stdout
     db = connect(f"sqlite:///{db_path}", "atari_a2c")
     lo, hi = db.session_range()
-    workers = {int(s["worker"]) for s in db.get_sessions(list(range(lo, hi + 1))).values()}
+    workers = set(db.get_batch(list(range(lo, hi + 1)))["worker"].tolist())
     assert len(workers) == 2, "both players recorded sessions"
     assert db.params_version() is not None
     db.close()

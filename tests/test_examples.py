@@ -3,12 +3,16 @@
 import importlib.util
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 from conftest import ROOT, run_cli
 
+from tinyverse.database import connect
+
 CARTPOLE = ["cartpole_dqn.py", "cartpole_numpy.py"]
+EXAMPLES = [*CARTPOLE, "dqn.py", "atari_a2c.py"]
 
 
 def load(name: str):
@@ -21,10 +25,58 @@ def load(name: str):
 @pytest.mark.parametrize("example", CARTPOLE)
 def test_play_train_eval(example, tmp_path):
     exp, db = ROOT / "examples" / example, f"sqlite:///{tmp_path / 'smoke.db'}"
-    run_cli(exp, "play", "-n", "2", "--db", db, cwd=tmp_path, timeout=60)
-    run_cli(exp, "train", "-b", "2", "-n", "5", "--db", db, cwd=tmp_path, timeout=60)
+    run_cli(exp, "play", "-n", "2", "--db", db, "--set", "learning_starts=0", cwd=tmp_path, timeout=60)
+    run_cli(exp, "train", "-b", "2", "-n", "5", "--db", db, cwd=tmp_path, timeout=60)  # adopts learning_starts
     out = run_cli(exp, "eval", "-n", "1", "--no-record", "--db", db, cwd=tmp_path, timeout=60).stdout
     assert "mean return" in out and "params v2" in out  # the player's init, then the trainer's 5 updates
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_examples_leave_the_pace_and_publishing_to_the_loops(example):
+    source = (ROOT / "examples" / example).read_text()
+    for banned in ("sleep(", "save_params", "sync_params", "wait_for", "TINYVERSE_ATARI", "DQN_"):
+        assert banned not in source, f"{example} still has {banned}"
+    exp = load(example).make_experiment(None, load(example).Args())
+    assert exp.updates_per_step is not None and exp.updates_per_step > 0  # it declares its pace instead
+
+
+def test_player_waits_for_the_trainer_and_the_pace_holds(tmp_path):
+    """A real player and trainer of cartpole_dqn.py: the player waits, the ratio stays within the slack."""
+    exp, url = ROOT / "examples" / "cartpole_dqn.py", f"sqlite:///{tmp_path / 'pace.db'}"
+    args = load("cartpole_dqn.py").Args()
+    ratio, starts, slack, T = args.updates_per_step, args.learning_starts, args.pace_slack, 32
+    cmd = [sys.executable, "-m", "tinyverse", str(exp)]
+    player = subprocess.Popen([*cmd, "play", "-n", "40", "--db", url], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    trainer = None
+    db = connect(url, "cartpole_dqn", retry_for=30)
+    leads, deadline = [], time.monotonic() + 60
+    try:
+        while player.poll() is None and time.monotonic() < deadline:
+            u1 = db.counter("updates")
+            played = db.count_sessions()[1] * T
+            u2 = db.counter("updates")
+            # updates read before and after the steps: each bound checked with the reading that favours it
+            assert max(0, played - starts) - u1 / ratio >= -slack, (played, u1)
+            assert max(0, played - starts) - u2 / ratio <= slack + T, (played, u2)  # one round of -b 1 past
+            leads.append(max(0, played - starts) - u2 / ratio)
+            if trainer is None and played >= starts + slack:  # the player must be waiting by now: no trainer yet
+                time.sleep(0.5)
+                assert db.count_sessions()[1] * T == played <= starts + slack + T, "the player did not wait"
+                trainer = subprocess.Popen([*cmd, "train", "-n", "100", "--db", url], cwd=tmp_path)
+            time.sleep(0.05)
+        _, err = player.communicate(timeout=60)
+        assert player.returncode == 0, err
+        assert trainer is not None and trainer.wait(timeout=60) == 0
+    finally:
+        for p in (player, trainer):
+            if p is not None and p.poll() is None:
+                p.kill()
+    assert "waiting for the trainers" in err
+    played, updates = db.count_sessions()[1] * T, db.counter("updates")
+    assert played == 40 * T and updates == 100
+    assert -slack <= max(0, played - starts) - updates / ratio <= slack + T
+    assert len(leads) > 10
+    db.close()
 
 
 def test_numpy_example_needs_no_deep_learning_framework():
