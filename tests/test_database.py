@@ -440,6 +440,7 @@ class TestLayout:
         db.layout = layout(tiny(0))
         assert db.sample_batch(20) == {} and db.get_batch([1, 2, 3]) == {}
         assert db.count_sessions() == (3, 3) and db.counter("corrupt") == 0
+        assert [i for i, _ in raw_records(db)] == [1, 2, 3]  # left alone for the experiment they belong to
 
 
 class TestCorruptRecords:
