@@ -10,7 +10,7 @@ session where no episode ended); ``zlib`` for uint8 arrays of 4 KiB or more
 Sessions of one experiment share one header, so a parsed and validated header
 is cached by its bytes. :func:`decode_batch` stacks many records at once:
 records with the same header lie at the same offsets, so each array of a batch
-is one NumPy copy. Both decoders return writable arrays that own their memory.
+is one NumPy copy. Both decoders return writable arrays that share no memory with the record.
 """
 
 import json

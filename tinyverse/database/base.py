@@ -107,8 +107,8 @@ class Database:
         batch, kept, errors = decode_batch([blob for _, blob in rows], self.layout)
         if errors:
             bad = sorted({rows[j][0] for j, _ in errors})
-            self._call(self._delete, bad)
-            self._call(self._incr_meta, "corrupt", len(bad))
+            if removed := self._call(self._delete, bad):  # another process may have removed some first
+                self._call(self._incr_meta, "corrupt", removed)
             self._warn("corrupt", "removed %d corrupt sessions from %s (%s)", len(bad), self.prefix, errors[0][1])
         if len(kept) + len(errors) < len(rows):
             fix = "delete them with python -m tinyverse EXP clear --del-sessions, or use another --prefix"
@@ -232,7 +232,7 @@ class Database:
     def _add(self, blobs: list[bytes], capacity: int) -> None: ...
     def _range(self) -> tuple[int, int]: ...
     def _get(self, ids: list[int]) -> dict[int, bytes]: ...
-    def _delete(self, ids: list[int]) -> None: ...
+    def _delete(self, ids: list[int]) -> int: ...  # how many were there
     def _count(self) -> tuple[int, int]: ...
     def _set_meta(self, key: str, value: str | None, if_absent: bool) -> None: ...  # None: delete
     def _get_meta(self, key: str) -> str | None: ...

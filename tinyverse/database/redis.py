@@ -68,7 +68,7 @@ class RedisDatabase(Database):
         return {i: b for i, b in zip(ids, self.r.hmget(self.k["sessions"], ids), strict=True) if b is not None}
 
     def _delete(self, ids):
-        self.r.hdel(self.k["sessions"], *ids)
+        return self.r.hdel(self.k["sessions"], *ids)
 
     def _range(self) -> tuple[int, int]:
         lo, hi = self.r.mget(self.k["lo"], self.k["seq"])

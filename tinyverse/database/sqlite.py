@@ -95,7 +95,8 @@ class SQLiteDatabase(Database):
 
     def _delete(self, ids):  # an empty record stands in until evicted: the stored range, and so the count, stay
         with self._write() as db:
-            db.execute(f"UPDATE {self.t['sessions']} SET data = x'' WHERE id IN ({','.join('?' * len(ids))})", ids)
+            sql = f"UPDATE {self.t['sessions']} SET data = x'' WHERE id IN ({','.join('?' * len(ids))}) AND data != x''"
+            return db.execute(sql, ids).rowcount
 
     def _count(self):
         lo, hi = self._range()
