@@ -221,7 +221,7 @@ class Database:
         self._call(self._clear, what)
 
     def namespaces(self) -> list[str]:
-        """Every prefix that has data in this database."""
+        """Prefixes used in this database (some may hold no data: check before listing them)."""
         return sorted(self._call(self._namespaces))
 
     def close(self) -> None:

@@ -52,7 +52,6 @@ class RedisDatabase(Database):
         self.scripts = {
             n: self.r.register_script(src) for n, src in (("add", ADD), ("params", SAVE_PARAMS), ("clear", CLEAR))
         }
-        self._call(self.r.sadd, NAMESPACES, prefix)
 
     def _is_transient(self, e):
         if isinstance(e, redis.AuthenticationError):  # a wrong password does not get better with time
@@ -94,6 +93,7 @@ class RedisDatabase(Database):
         return self.r.hincrby(self.k["meta"], key, n)
 
     def _save_params(self, blob, min_version, if_absent):
+        self.r.sadd(NAMESPACES, self.prefix)  # a namespace is listed once it holds data: sessions or params
         return self.scripts["params"](keys=[self.k["params"]], args=[blob, min_version, int(if_absent), time.time()])
 
     def _load_params(self):
