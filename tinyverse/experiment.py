@@ -99,8 +99,8 @@ class Experiment:
     def prepare_training(self) -> None:
         """Trainer-only setup (optimizers, compiled functions); players skip it."""
 
-    def sample(self, db, batch_size: int) -> Arrays | list[Arrays]:
-        """The next batch, stacked, or a list of sessions to stack (in the prefetch thread).
+    def sample(self, db, batch_size: int) -> Arrays:
+        """The next batch, stacked as ``db.sample_batch`` does (called in the prefetch thread).
 
         Uniform replay by default; override for prioritized replay, using
         ``db.session_range()`` and ``db.get_batch(ids)``. An empty batch means
