@@ -38,7 +38,7 @@ def mode_train(args):
     """Train on sessions sampled from the database and publish params (runs until stopped)."""
     exp = _exp(args, db := _db(args))
     b = args.batch_size or exp.train_batch_size
-    train(exp, db, b, args.updates, args.save_every, args.buffer_size, logdir=args.logdir)
+    train(exp, db, b, args.updates, args.save_every or exp.save_every, args.buffer_size, logdir=args.logdir)
 
 
 def mode_run(args):
@@ -179,7 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     p["play"].add_argument("--seed", type=int, help="seed of the environments")
     p["train"].add_argument("-b", "--batch-size", type=one, help="sessions per minibatch (default: experiment's)")
     p["train"].add_argument("-n", "--updates", type=one, help="updates to run, then exit")
-    p["train"].add_argument("-s", "--save-every", type=one, default=100, help="publish params every S updates")
+    p["train"].add_argument(
+        "-s", "--save-every", type=one, help="publish params every S updates (default: experiment's, 100)"
+    )
     p["train"].add_argument("--logdir", help="also write TensorBoard event files here")
     p["run"].add_argument("--players", type=one, default=1, help="player processes (default 1)")
     p["run"].add_argument("-b", "--batch-size", type=one, help="environments per player (default: experiment's)")

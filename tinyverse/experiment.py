@@ -70,6 +70,8 @@ class Experiment:
     train_batch_size: int = 32
     #: batches the trainer prepares in a background thread (0: fetch in the training thread)
     prefetch: int = 2
+    #: default of ``train -s``: updates between the trainer's publications of params
+    save_every: int = 100
     #: the pace the loops hold: trainer updates per env step played (None: each side runs free)
     updates_per_step: float | None = None
     #: env steps played before the first update (the replay buffer's minimum fill)
