@@ -14,54 +14,35 @@ def _age(seconds: float) -> str:
 
 def info_text(db, last: int = 100) -> str:
     """The dashboard of one namespace as text."""
-    stored, added = db.count_sessions()
+    (stored, added), workers = db.count_sessions(), db.workers()
     version, saved = db.params_version(saved=True) or (None, None)
-    workers = db.workers()
-    lines = [f"[{db.prefix}] {db.url}"]
+    lines, now = [f"[{db.prefix}] {db.url}"], time.time()
     if not (added or version or workers):
         return lines[0] + "\n  empty: start a player with python -m tinyverse EXP play"
-    corrupt = db.counter("corrupt")
-    lines.append(
-        f"  sessions  {stored:,} stored of {db.capacity() or 0:,} capacity, {added:,} ever added"
-        + (f", {corrupt:,} corrupt removed" if corrupt else "")
-    )
-    options = db.setting("options")
-    if options:
-        lines.append("  options   " + ", ".join(f"{k}={v}" for k, v in options.items()))
-    lines.append(
-        "  params    " + ("none" if version is None else f"version {version}, saved {_age(time.time() - saved)} ago")
-    )
+    corrupt, options = db.counter("corrupt"), db.setting("options")
+    lines.append(f"  sessions  {stored:,} stored of {db.capacity() or 0:,} capacity, {added:,} ever added")
+    lines[-1] += f", {corrupt:,} corrupt removed" if corrupt else ""
+    lines += ["  options   " + ", ".join(f"{k}={v}" for k, v in options.items())] if options else []
+    lines.append("  params    " + ("none" if version is None else f"version {version}, saved {_age(now - saved)} ago"))
     pace = next((w["pace"] for w in workers if w.get("pace")), None)
     if pace and pace[0]:  # [updates_per_step, learning_starts, pace_slack, session_length]
         updates, played = db.counter("updates"), max(0, added * pace[3] - pace[1])
-        actual = f"{updates / played:.3g}" if played else "-"
         lines.append(
             f"  pace      target {pace[0]:g} updates an env step (after {pace[1]:,}, slack {pace[2]:,}), "
-            f"actual {actual} ({updates:,} updates)"
+            f"actual {f'{updates / played:.3g}' if played else '-'} ({updates:,} updates)"
         )
-    now = time.time()
     for w in workers:
-        if w["role"] == "player":
-            rate = f"{w.get('steps_per_s', 0):,.0f} steps/s"
-        else:
-            rate = f"{w.get('updates_per_s', 0):,.1f} updates/s"
+        player = w["role"] == "player"
+        rate = f"{w.get('steps_per_s', 0):,.0f} steps/s" if player else f"{w.get('updates_per_s', 0):,.1f} updates/s"
         used = f"  params v{w['version']}" if w.get("version") is not None else ""
-        if used and w["role"] == "player" and version is not None:
-            used += f", lag {version - w['version']}"  # how stale the acting policy is
-        waits = f"  waiting {w['waiting']}" if w.get("waiting") else ""
-        lines.append(
-            f"  {w['role']:<8}  {w['host']} pid {w['pid']}  up {_age(now - w['started'])}  {rate}{used}{waits}"
-        )
-    if not workers:
-        lines.append("  workers   none alive")
-    returns = [m["return"] for m in db.metrics("episodes", last)]
-    if returns:
-        lines.append(
-            f"  returns   last {len(returns)}: mean {np.mean(returns):.1f}, "
-            f"min {np.min(returns):.1f}, max {np.max(returns):.1f}"
-        )
-    train = db.metrics("train", 1)
-    if train:
+        used += f", lag {version - w['version']}" if used and player and version is not None else ""  # staleness
+        used += f"  waiting {w['waiting']}" if w.get("waiting") else ""
+        lines.append(f"  {w['role']:<8}  {w['host']} pid {w['pid']}  up {_age(now - w['started'])}  {rate}{used}")
+    lines += [] if workers else ["  workers   none alive"]
+    if returns := [m["return"] for m in db.metrics("episodes", last)]:
+        r = np.array(returns)
+        lines.append(f"  returns   last {len(r)}: mean {r.mean():.1f}, min {r.min():.1f}, max {r.max():.1f}")
+    if train := db.metrics("train", 1):
         shown = ", ".join(f"{k} {v:.4g}" for k, v in train[-1].items() if k not in ("time", "version", "steps"))
         lines.append(f"  training  {shown} ({_age(now - train[-1]['time'])} ago)")
     return "\n".join(lines)
