@@ -74,14 +74,12 @@ def plot(db, path: str) -> None:
         ax.plot(x[k - 1 :], smooth, label=f"mean of {k}")
         ax.set(xlabel=label, ylabel="return")
         ax.legend()
-    losses = [(m["updates"], m["loss"]) for m in train if "loss" in m]
-    if losses:
+    if losses := [(m["updates"], m["loss"]) for m in train if "loss" in m]:
         axes[2].plot(*zip(*losses, strict=True), ".-")
         axes[2].set(
             xlabel="trainer updates", ylabel="loss", yscale="log" if min(v for _, v in losses) > 0 else "linear"
         )
-    else:
-        axes[2].set_title("no trainer loss stored")
+    axes[2].set_title("" if losses else "no trainer loss stored")
     fig.suptitle(f"{db.prefix}: {len(returns)} episodes")
     fig.tight_layout()
     fig.savefig(path, dpi=80)
