@@ -10,7 +10,7 @@ session where no episode ended); ``zlib`` for uint8 arrays of 4 KiB or more
 Sessions of one experiment share one header, so a parsed and validated header
 is cached by its bytes. :func:`decode_batch` stacks many records at once:
 records with the same header lie at the same offsets, so each array of a batch
-is one NumPy copy. Both decoders return writable arrays that share no memory with the record.
+is one NumPy copy. Decoded arrays are writable and share no memory with the record.
 """
 
 import json
@@ -69,11 +69,8 @@ def _parse(head: bytes) -> list:
         nbytes = math.prod(shape) * dt.itemsize
         if codec not in ("raw", "zeros", "zlib"):
             raise ValueError(f"unknown codec {codec!r}")
-        if (
-            (codec == "raw" and size != nbytes)
-            or (codec == "zeros" and size)
-            or (codec != "raw" and nbytes > MAX_BYTES)
-        ):
+        fits = size == nbytes if codec == "raw" else (codec == "zlib" or not size) and nbytes <= MAX_BYTES
+        if not fits:
             raise ValueError(f"{codec} array {name!r} of {nbytes} bytes cannot take {size} bytes")
         spec.append((str(name), dt, shape, codec, size, nbytes))
     if len(_HEADERS) < 1024:
