@@ -21,7 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .database import Database
 from .errors import TinyverseError
+from .experiment import Experiment
 from .workers import PARENT, StopFlag
 
 log = logging.getLogger(__name__)
@@ -90,7 +92,7 @@ class Child:
                 self.proc.wait()
 
 
-def status_line(db, T: int, start_steps: int, started: float) -> tuple[str, int]:
+def status_line(db: Database, T: int, start_steps: int, started: float) -> tuple[str, int]:
     """One line of progress, and the env steps of this run."""
     stored, added = db.count_sessions()
     steps = added * T - start_steps
@@ -106,8 +108,8 @@ def status_line(db, T: int, start_steps: int, started: float) -> tuple[str, int]
 
 
 def run_fleet(
-    exp,
-    db,
+    exp: Experiment,
+    db: Database,
     base_argv: list[str],
     players: int = 1,
     trainers: int = 1,

@@ -4,6 +4,7 @@ import time
 
 import numpy as np
 
+from .database import Database
 from .errors import TinyverseError
 
 
@@ -12,7 +13,7 @@ def _age(seconds: float) -> str:
     return f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
-def info_text(db, last: int = 100) -> str:
+def info_text(db: Database, last: int = 100) -> str:
     """The dashboard of one namespace as text."""
     (stored, added), workers = db.count_sessions(), db.workers()
     version, saved = db.params_version(saved=True) or (None, None)
@@ -48,7 +49,7 @@ def info_text(db, last: int = 100) -> str:
     return "\n".join(lines)
 
 
-def plot(db, path: str) -> None:
+def plot(db: Database, path: str) -> None:
     """Draw return vs env steps, return vs wall time, and trainer loss into a PNG."""
     try:
         import matplotlib
