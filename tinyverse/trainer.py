@@ -119,11 +119,10 @@ def train(
 
     def starved():
         nonlocal batch
-        stored = db.count_sessions()[0]
-        if stored < batch_size:
+        if batch is None and (stored := db.count_sessions()[0]) < batch_size:  # before the first batch only
             return f"for sessions: {stored} of {batch_size} stored; start a player: python -m tinyverse EXP play"
         batch = prefetch.get()
-        return None if batch is not None else "for sessions to sample (all skipped as corrupt or of another layout)"
+        return None if batch is not None else "for a batch (sampling is slow, or skips corrupt or foreign records)"
 
     with StopFlag() as flag:
         prefetch = None

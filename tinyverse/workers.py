@@ -39,7 +39,7 @@ class Worker:
             "started": time.time(),
         }
         self.parent = int(os.environ[PARENT]) if os.environ.get(PARENT, "").isdigit() else None
-        self.last = 0.0
+        self.last, self.said = 0.0, -30.0
 
     def beat(self, force: bool = False, **counters) -> bool:
         """Record ``counters``, send a heartbeat if one is due; True if this worker should stop."""
@@ -58,18 +58,17 @@ class Worker:
         return False
 
     def wait(self, flag: "StopFlag", why: Callable[[], str | None], poll: Callable | None = None) -> bool:
-        """Wait while ``why()`` names what is missing, heartbeating and saying so once; False on a stop."""
-        said = None
+        """Wait while ``why()`` names what is missing, heartbeating; False on a stop.
+
+        What it waits for shows in its heartbeat and in the log, at most every 30 s.
+        """
         while not flag.stop:
-            reason = why()
-            if reason != said:
-                if reason is not None:
-                    log.info("waiting %s", reason)
-                said = self.info["waiting"] = reason
-                if self.beat(force=True):
-                    flag.stop = True
+            reason = self.info["waiting"] = why()
             if reason is None:  # what ``why`` granted is used: a stop comes after this step
                 return True
+            if time.monotonic() - self.said >= 30:
+                log.info("waiting %s", reason)
+                self.said = time.monotonic()
             if self.beat():
                 flag.stop = True
             if poll is not None:
