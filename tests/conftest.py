@@ -16,7 +16,7 @@ from tinyverse.database import connect
 
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_URL = os.environ.get("TINYVERSE_TEST_REDIS", "redis://127.0.0.1:6379/15")
-IN_CI = os.environ.get("CI") == "true"
+IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false", "no")  # CI=true, CI=1, CI=yes ...
 
 
 def _missing(reason: str):
