@@ -129,7 +129,8 @@ class Pace:
 
     def flush(self) -> int:
         """Count this trainer's updates in the database; return the total of all trainers."""
-        total, self.pending = self.db.add_updates(self.pending), 0
+        total = self.db.add_updates(self.pending) if self.pending else self.db.counter("updates")
+        self.pending = 0
         return total
 
 
