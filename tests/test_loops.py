@@ -402,7 +402,7 @@ def test_a_stopped_trainer_counts_only_its_updates(db):
     exp.updates_per_step = 1.0  # a pace, so that updates are counted
     thread, outcome = in_thread(lambda: train(exp, db, batch_size=2, save_every=100))
     try:
-        wait_until(lambda: trainer_waiting(db, "for sessions to sample"), "the trainer to run dry")
+        wait_until(lambda: trainer_waiting(db, "for a batch"), "the trainer to run dry")
     finally:
         for w in db.workers():
             db.request_stop(w["id"])

@@ -52,6 +52,7 @@ class RedisDatabase(Database):
         self.scripts = {
             n: self.r.register_script(src) for n, src in (("add", ADD), ("params", SAVE_PARAMS), ("clear", CLEAR))
         }
+        self._call(self.r.ping)  # a wrong URL or password shows now, not at the first write
 
     def _is_transient(self, e):
         if isinstance(e, redis.AuthenticationError):  # a wrong password does not get better with time
