@@ -179,9 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     p["play"].add_argument("--seed", type=int, help="seed of the environments")
     p["train"].add_argument("-b", "--batch-size", type=one, help="sessions per minibatch (default: experiment's)")
     p["train"].add_argument("-n", "--updates", type=one, help="updates to run, then exit")
-    p["train"].add_argument(
-        "-s", "--save-every", type=one, help="publish params every S updates (default: experiment's)"
-    )
+    p["train"].add_argument("-s", "--save-every", type=one, help="publish params every S updates (default 100)")
     p["train"].add_argument("--logdir", help="also write TensorBoard event files here")
     p["run"].add_argument("--players", type=one, default=1, help="player processes (default 1)")
     p["run"].add_argument("-b", "--batch-size", type=one, help="environments per player (default: experiment's)")
