@@ -57,6 +57,17 @@ def db(db_url, prefix):
     database.close()
 
 
+def wait_for(condition, timeout=60.0, what="condition"):
+    """The first truthy value of ``condition()``, polled every 0.1 s; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -10,22 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, run_cli, wait_for
 
 from tinyverse.database import connect
 from tinyverse.monitor import info_text
 
 FAKE = ROOT / "tests" / "fake_experiment.py"
-
-
-def wait_for(condition, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_run_stops_after_steps_publishes_and_evaluates(tmp_path):

@@ -4,24 +4,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import psutil
-from conftest import ROOT
+from conftest import ROOT, wait_for
 
 from tinyverse.database import connect
 
 FAKE = ROOT / "tests" / "fake_experiment.py"
-
-
-def wait_for(condition, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def start_run(tmp_path, url, *extra):

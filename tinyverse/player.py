@@ -94,8 +94,8 @@ def play(
                 batch = [{**{k: v[i] for k, v in rec.items()}, **meta} for i in range(batch_size)]
                 if capacity is None:  # the first round: the capacity to store if none is, and the layout
                     capacity = default_capacity(exp, sum(a.nbytes for a in batch[0].values()))
-                    mine, stored_layout = layout(batch[0]), db.claim("layout", layout(batch[0]))
-                    if stored_layout != mine:
+                    mine = layout(batch[0])
+                    if (stored_layout := db.claim("layout", mine)) != mine:
                         raise TinyverseError(
                             f"prefix {db.prefix} holds sessions of another layout ({_differ(stored_layout, mine)}): "
                             "use another --prefix, or delete them with python -m tinyverse EXP clear --del-sessions"
