@@ -152,11 +152,11 @@ def run_fleet(
                     log.info("%s", line)
                     shown = time.monotonic()
                 fresh = [m["return"] for m in db.metrics("episodes", 20) if m["time"] > seen_time]
-                if max_steps is not None and steps >= max_steps:
-                    reason = f"reached {steps:,} env steps"
-                    break
                 if target_return is not None and len(fresh) >= 20 and np.mean(fresh) >= target_return:
                     reason = f"recent mean return {np.mean(fresh):.1f} reached the target {target_return}"
+                    break  # checked first: a run that reached its target says so, even at its step limit
+                if max_steps is not None and steps >= max_steps:
+                    reason = f"reached {steps:,} env steps"
                     break
         except TinyverseError:
             reason = "a worker kept crashing"
