@@ -42,6 +42,8 @@ class Args:
     """env steps played before the first update"""
     pace_slack: int = 1000
     """env steps either side may run ahead of the pace"""
+    outputs: bool = False
+    """act also returns per-tick outputs: the sum of each observation, and the action twice"""
 
 
 class LoggedEnv(gym.Wrapper):
@@ -80,12 +82,14 @@ class FakeExperiment(Experiment):
         updates_per_step=None,
         learning_starts=0,
         pace_slack=1000,
+        outputs=False,
         on_round=None,
         on_train=None,
     ):
         super().__init__(db)
         self.updates_per_step, self.learning_starts, self.pace_slack = updates_per_step, learning_starts, pace_slack
         self.session_length, self.max_steps, self.epsilon = session_length, max_steps, epsilon
+        self.outputs = outputs
         self.train_sleep, self.progress, self.fail_at = train_sleep, progress, fail_at
         self.on_round, self.on_train = on_round, on_train  # in-process hooks for tests
         self.rng = np.random.default_rng()
@@ -112,7 +116,10 @@ class FakeExperiment(Experiment):
         else:
             explore = self.rng.random(len(x)) < self.epsilon
             actions = np.where(explore, self.rng.integers(0, 2, len(x)), actions)
-        return actions.astype(np.int64), {"steps": memory["steps"] + 1}
+        actions, memory = actions.astype(np.int64), {"steps": memory["steps"] + 1}
+        if self.outputs:
+            return actions, memory, {"obs_sum": x[:, :4].sum(1), "twice": np.stack([actions, actions], 1)}
+        return actions, memory
 
     def prepare_training(self):
         self.prepared = True

@@ -1,5 +1,6 @@
 """The play, train and eval loops driven in-process by the fake experiment, on every backend."""
 
+import re
 import threading
 import time
 
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 from fake_experiment import FakeExperiment
 
-from tinyverse.errors import ParamsMismatch
+from tinyverse.errors import ParamsMismatch, TinyverseError
 from tinyverse.evaluation import evaluate
 from tinyverse.player import play
 from tinyverse.trainer import train
@@ -409,3 +410,41 @@ def test_a_stopped_trainer_counts_only_its_updates(db):
         joined(thread, outcome)
     assert db.load_params()[1]["updates"][0] == exp.updates[0] == 5
     assert db.counter("updates") == 5, "the pace counts an update that was never made"
+
+
+def test_per_tick_outputs_of_act_are_stored_with_the_sessions(db):
+    # act may return (actions, memory, outputs): each output is recorded per tick, beside the actions
+    B, T = 3, 8
+    exp = FakeExperiment(db, session_length=T, max_steps=5, outputs=True)  # episodes end inside sessions
+    assert play(exp, db, batch_size=B, sessions=2) == 2 * B
+    batch = db.get_batch([1, 2, 3, 4, 5, 6])
+    assert batch["outputs.obs_sum"].shape == (6, T) and batch["outputs.obs_sum"].dtype == np.float32
+    assert batch["outputs.twice"].shape == (6, T, 2) and batch["outputs.twice"].dtype == np.int64
+    # each tick's output belongs to that tick's observation and action, across episode ends
+    np.testing.assert_allclose(batch["outputs.obs_sum"], batch["observations"][:, :T].sum(-1), rtol=1e-6)
+    np.testing.assert_array_equal(batch["outputs.twice"][..., 0], batch["actions"])
+    np.testing.assert_array_equal(batch["outputs.twice"][..., 1], batch["actions"])
+    assert ["outputs.obs_sum", "<f4", [T]] in db.setting("layout")
+    # the trainer gets them in its batches; eval ignores them
+    trainer, seen = FakeExperiment(db, session_length=T, outputs=True), []
+    step = trainer.train_step
+    trainer.train_step = lambda batch: (seen.append(batch), step(batch))[1]
+    train(trainer, db, batch_size=2, steps=1)
+    assert seen[0]["outputs.obs_sum"].shape == (2, T)
+    assert len(evaluate(FakeExperiment(db, max_steps=5, outputs=True), db, episodes=2)) == 2
+
+
+@pytest.mark.parametrize(
+    "outputs, problem",
+    [
+        (lambda a: {"logp": np.zeros(len(a) + 1)}, "outputs.logp of shape (3,): outputs are batched, (2, ...)"),
+        (lambda a: [a], "outputs is one dict of arrays"),
+    ],
+)
+def test_outputs_of_the_wrong_kind_are_one_clear_error(db, outputs, problem):
+    exp = FakeExperiment(db)
+    act = exp.act
+    exp.act = lambda o, m, greedy=False: (*act(o, m, greedy), outputs(o))
+    with pytest.raises(TinyverseError, match=re.escape(problem)):
+        play(exp, db, batch_size=2, sessions=1)
+    assert db.count_sessions() == (0, 0), "nothing was stored"

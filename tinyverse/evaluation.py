@@ -69,7 +69,7 @@ def _play(exp, env, episodes, record, seed, version, fps, returns) -> None:
         frames = [env.render()] if record else []
         total, done = 0.0, False
         while not done:
-            actions, memory = exp.act(np.asarray(obs)[None], memory, greedy=True)
+            actions, memory, *_ = exp.act(np.asarray(obs)[None], memory, greedy=True)
             obs, reward, terminated, truncated, _ = env.step(np.asarray(actions)[0])
             total += float(reward)
             done = terminated or truncated

@@ -55,6 +55,7 @@ class Experiment:
     - ``actions`` (B, T, ...), ``rewards`` (B, T) float32,
       ``terminated`` / ``truncated`` (B, T) bool;
     - ``memory.<name>`` (B, ...): the agent's memory before tick 0;
+    - ``outputs.<name>`` (B, T, ...): what ``act`` returned besides actions;
     - ``version`` (B,): the params version that acted; ``worker`` (B,);
       ``id`` (B,): the session's id in the database; ``info.<name>`` (B,):
       what the player's ``session_info`` returned.
@@ -94,7 +95,10 @@ class Experiment:
         """Actions for a batch of observations, and the new memory.
 
         Players explore (``greedy=False``); eval asks for the agent's best
-        behaviour (``greedy=True``).
+        behaviour (``greedy=True``). ``act`` may return a third item, a dict of
+        per-tick arrays (B, ...) such as the behaviour policy's log-probability
+        of its action (for an off-policy correction): players record each as
+        ``outputs.<name>`` (B, T, ...) in the sessions; eval ignores them.
         """
         raise NotImplementedError("define act(self, observations, memory, greedy=False) -> (actions, memory)")
 

@@ -69,11 +69,9 @@ def play(
                     break
                 rec, finished = _round(obs, memory, T), []
                 for t in range(T):
-                    actions, memory = exp.act(obs, memory)
+                    actions, memory, *outputs = exp.act(obs, memory)
                     actions = np.asarray(actions)
-                    if rec["actions"] is None:
-                        rec["actions"] = np.zeros((batch_size, T, *actions.shape[1:]), actions.dtype)
-                    rec["actions"][:, t] = actions
+                    _record(rec, t, {"actions": actions, **_outputs(outputs, batch_size)})
                     for i, env in enumerate(envs):
                         o, r, term, trunc, _ = env.step(actions[i])
                         ep_return[i] += r
@@ -132,6 +130,26 @@ def _differ(stored: list, mine: list) -> str:
         if theirs.get(name) != ours.get(name):
             return f"{name}: stored {theirs.get(name) or 'none'}, this experiment records {ours.get(name) or 'none'}"
     return "same arrays in another order"
+
+
+def _outputs(extra: list, B: int) -> dict[str, np.ndarray]:
+    """The per-tick outputs ``act`` returned as a third item, named ``outputs.<name>``, checked."""
+    outputs = extra[0] if extra else {}
+    if len(extra) > 1 or not isinstance(outputs, dict):
+        raise TinyverseError("act returned more than (actions, memory[, outputs]): outputs is one dict of arrays")
+    named = {f"outputs.{k}": np.asarray(v) for k, v in outputs.items()}
+    for name, v in named.items():
+        if v.shape[:1] != (B,):
+            raise TinyverseError(f"act returned {name} of shape {v.shape}: outputs are batched, ({B}, ...)")
+    return named
+
+
+def _record(rec: dict, t: int, ticks: dict[str, np.ndarray]) -> None:
+    """Store tick ``t`` of per-tick arrays (B, ...), allocating each (B, T, ...) at its first tick."""
+    for name, v in ticks.items():
+        if rec.get(name) is None:
+            rec[name] = np.zeros((len(v), rec["rewards"].shape[1], *v.shape[1:]), v.dtype)
+        rec[name][:, t] = v
 
 
 def _round(obs: np.ndarray, memory: dict, T: int) -> dict[str, np.ndarray]:
