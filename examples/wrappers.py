@@ -113,6 +113,27 @@ class ActionSubset(gym.ActionWrapper):
         return int(self.ids[int(action)])
 
 
+class NoopReset(gym.Wrapper):
+    """Start each episode with 0..``noop_max`` NOOPs (action 0), drawn at random.
+
+    A deterministic game (no sticky actions) then still starts in different
+    states, so a greedy policy is evaluated on more than one game (as
+    Stable-Baselines3's ``NoopResetEnv``).
+    """
+
+    def __init__(self, env: gym.Env, noop_max: int = 30):
+        super().__init__(env)
+        self.noop_max = noop_max
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        for _ in range(self.np_random.integers(self.noop_max + 1)):
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if terminated or truncated:
+                obs, info = self.env.reset()
+        return obs, info
+
+
 class FrameSkip(gym.Wrapper):
     """Repeat each action ``skip`` times, summing the rewards; stop early when the episode ends."""
 

@@ -1,4 +1,4 @@
-"""The image-game wrappers on a real ALE game, and Atari A2C end to end through the CLI (CPU, tiny budgets)."""
+"""The image-game wrappers on a real ALE game, V-trace by hand, and the Atari agent end to end (CPU, tiny budgets)."""
 
 import math
 import sys
@@ -22,7 +22,7 @@ try:
 except ImportError:
     ale_py = None
 
-EXP = ROOT / "examples" / "atari_a2c.py"
+EXP = ROOT / "examples" / "atari.py"
 PONG_FIELD = (34, 194, 0, 160)
 
 
@@ -197,10 +197,10 @@ def test_frame_memory_gives_the_same_windows_as_frame_window():
 @pytest.mark.parametrize("episode", [3, 7])
 def test_trainer_rebuilds_every_window_the_player_acted_on(tmp_path, monkeypatch, episode):
     """The real player records sessions crossing episode ends; window_indices gets back its exact windows."""
-    import atari_a2c
+    import atari
 
     db = connect(f"sqlite:///{tmp_path / 'w.db'}", "w")
-    exp = atari_a2c.make_experiment(db, atari_a2c.Args(max_episode_steps=episode))
+    exp = atari.make_experiment(db, atari.Args(max_episode_steps=episode))
     seen = []
     act = exp.act
     monkeypatch.setattr(exp, "act", lambda o, m, greedy=False: (seen.append(exp.frames.push(o, m)[0]), act(o, m))[1])
@@ -227,37 +227,75 @@ def test_trainer_rebuilds_every_window_the_player_acted_on(tmp_path, monkeypatch
     db.close()
 
 
-# -- the advantage estimator ------------------------------------------------------------------------------------------
-def test_gae_cuts_at_episode_ends_and_bootstraps_only_truncations():
-    import atari_a2c
+# -- V-trace ----------------------------------------------------------------------------------------------------------
+def vtrace_of(behaviour, target, rewards, values, next_values, ended, gamma, rho_bar=1.0, c_bar=1.0):
+    import atari
 
+    t = (torch.tensor(np.asarray(x)[None]) for x in (behaviour, target, rewards, values, next_values, ended))
+    vs, adv = atari.vtrace(*t, gamma, rho_bar, c_bar)
+    return vs[0].numpy(), adv[0].numpy()
+
+
+def test_vtrace_without_lag_is_the_n_step_return_to_the_sessions_end():
+    # equal log-probabilities: every weight is 1 and v_s = r_s + g r_s+1 + ... + g^(T-s) V(x_T)
+    gamma, rewards, values = 0.5, [1.0, 0.0, 2.0], [0.3, -0.2, 0.7]
+    next_values = [-0.2, 0.7, 4.0]  # V(x_1), V(x_2), V(x_3): the session's bootstrap
+    logp = np.log([0.2, 0.5, 0.9])
+    vs, adv = vtrace_of(logp, logp, rewards, values, next_values, [False] * 3, gamma)
+    np.testing.assert_allclose(vs, [1 + 0.25 * 2 + 0.125 * 4, 0 + 0.5 * 2 + 0.25 * 4, 2 + 0.5 * 4], rtol=1e-6)
+    # advantages: r_s + g v_s+1 - V(x_s), with v_3 = V(x_3)
+    np.testing.assert_allclose(adv, [1 + 0.5 * vs[1] - 0.3, 0 + 0.5 * vs[2] + 0.2, 2 + 0.5 * 4 - 0.7], rtol=1e-6)
+
+
+def test_vtrace_cuts_at_terminations_and_bootstraps_truncations():
+    gamma, rewards, values = 0.5, [1.0, 1.0, 1.0, 1.0], [0.1, 0.2, 0.3, 0.4]
+    logp = np.zeros(4)
+    # terminated at tick 1 (nothing follows: 0), a new episode from tick 2, truncated at tick 3 (V(final) = 8)
+    ended, next_values = [False, True, False, True], [0.2, 0.0, 0.4, 8.0]
+    vs, adv = vtrace_of(logp, logp, rewards, values, next_values, ended, gamma)
+    np.testing.assert_allclose(vs, [1 + 0.5 * 1, 1, 1 + 0.5 * (1 + 0.5 * 8), 1 + 0.5 * 8], rtol=1e-6)
+    np.testing.assert_allclose(adv[1], 1 + 0.5 * 0.0 - 0.2, rtol=1e-6)  # no target flows across the end
+    np.testing.assert_allclose(adv[3], 1 + 0.5 * 8 - 0.4, rtol=1e-6)
+
+
+def test_vtrace_clips_the_importance_weights():
+    # tick 0: the current policy likes the action 3x more than the player did (clipped to 1);
+    # tick 1: half as much (weight 0.5, not clipped); c_bar = 0.8 caps how much of tick 1 flows back
+    gamma, rewards, values, next_values = 0.9, [1.0, 2.0], [0.5, 1.5], [1.5, 3.0]
+    behaviour, target = np.log([0.2, 0.6]), np.log([0.6, 0.3])
+    vs, adv = vtrace_of(behaviour, target, rewards, values, next_values, [False, False], gamma, 1.0, 0.8)
+    d0, d1 = 1.0 * (1 + 0.9 * 1.5 - 0.5), 0.5 * (2 + 0.9 * 3.0 - 1.5)
+    np.testing.assert_allclose(vs, [0.5 + d0 + 0.9 * 0.8 * d1, 1.5 + d1], rtol=1e-6)
+    np.testing.assert_allclose(adv, [1.0 * (1 + 0.9 * vs[1] - 0.5), 0.5 * (2 + 0.9 * 3.0 - 1.5)], rtol=1e-6)
+
+
+def test_vtrace_matches_the_papers_sum_on_random_sessions():
+    """v_s = V(x_s) + sum_t g^(t-s) (c_s ... c_t-1) rho_t delta_t within each episode (Espeholt et al., eq. 1)."""
     rng = np.random.default_rng(0)
-    T, gamma, lam = 12, 0.9, 0.8
-    rewards, values = rng.normal(size=T), rng.normal(size=T + 1)
-    final_values = rng.normal(size=T)
+    T, gamma, rho_bar, c_bar = 12, 0.9, 1.0, 0.9
+    rewards, values, final = rng.normal(size=T), rng.normal(size=T + 1), rng.normal(size=T)
+    behaviour, target = np.log(rng.uniform(0.1, 1, T)), np.log(rng.uniform(0.1, 1, T))
     terminated, truncated = np.zeros(T, bool), np.zeros(T, bool)
     terminated[3], truncated[8] = True, True
-    # reference: each episode on its own, the textbook recursion
-    expected = np.zeros(T)
-    for start, end, bootstrap in [(0, 4, 0.0), (4, 9, final_values[8]), (9, T, values[T])]:
-        v = np.append(values[start:end], bootstrap)
-        running = 0.0
-        for t in reversed(range(end - start)):
-            running = rewards[start + t] + gamma * v[t + 1] - v[t] + gamma * lam * running
-            expected[start + t] = running
     next_values = values[1:].copy()
-    next_values[truncated], next_values[terminated] = final_values[truncated], 0.0
-    got = atari_a2c.gae(
-        *(torch.tensor(x[None]) for x in (rewards, values[:T], next_values, terminated | truncated)), gamma, lam
-    )
-    np.testing.assert_allclose(got[0].numpy(), expected, rtol=1e-6)
+    next_values[truncated], next_values[terminated] = final[truncated], 0.0
+    ratio = np.exp(target - behaviour)
+    rho, c = np.minimum(rho_bar, ratio), np.minimum(c_bar, ratio)
+    delta = rho * (rewards + gamma * next_values - values[:T])
+    expected = np.zeros(T)
+    for start, end in [(0, 4), (4, 9), (9, T)]:
+        for s in range(start, end):
+            expected[s] = values[s] + sum(gamma ** (t - s) * np.prod(c[s:t]) * delta[t] for t in range(s, end))
+    ended = terminated | truncated
+    vs, _ = vtrace_of(behaviour, target, rewards, values[:T], next_values, ended, gamma, rho_bar, c_bar)
+    np.testing.assert_allclose(vs, expected, rtol=1e-5)
 
 
 def test_train_step_runs_on_uint8_sessions_and_changes_the_params(tmp_path):
-    import atari_a2c
+    import atari
 
     db = connect(f"sqlite:///{tmp_path / 't.db'}", "t")
-    exp = atari_a2c.make_experiment(db, atari_a2c.Args(max_episode_steps=9))
+    exp = atari.make_experiment(db, atari.Args(max_episode_steps=9))
     play(exp, db, batch_size=2, sessions=2, seed=0)
     batch = db.get_batch([1, 2, 3, 4])
     assert batch["observations"].dtype == np.uint8 and batch["observations"].shape[1:] == (26, 80, 80)
@@ -266,8 +304,12 @@ def test_train_step_runs_on_uint8_sessions_and_changes_the_params(tmp_path):
     before = exp.get_params()
     exp.prepare_training()
     assert exp.device.type == ("cuda" if torch.cuda.is_available() else "cpu")
-    metrics = exp.train_step(exp.sample(db, 4))
+    batch = exp.sample(db, 4)
+    assert batch["outputs.logp"].shape == (4, 25) and (batch["outputs.logp"] <= 0).all(), "the players' log-probs"
+    metrics = exp.train_step(batch)
     assert all(np.isfinite(v) for v in metrics.values()) and metrics["entropy"] > 1.0  # ~log 3 at first
+    # the same params acted and trained: every importance weight is 1 (up to float error)
+    assert metrics["rho_mean"] == pytest.approx(1.0, abs=1e-4) and metrics["policy_lag"] == 0
     after = exp.get_params()
     assert any(not np.array_equal(before[k], after[k]) for k in before)
     assert all(v.dtype == before[k].dtype and v.shape == before[k].shape for k, v in after.items())
@@ -276,13 +318,23 @@ def test_train_step_runs_on_uint8_sessions_and_changes_the_params(tmp_path):
 
 def test_the_reuse_bound_is_a_pace():
     """Each update samples train_batch_size sessions of session_length ticks: max_reuse uses of each."""
-    import atari_a2c
+    import atari
 
-    exp = atari_a2c.make_experiment(None, atari_a2c.Args(max_reuse=4.0, recent_sessions=64))
+    exp = atari.make_experiment(None, atari.Args(max_reuse=4.0, recent_sessions=64))
     assert exp.updates_per_step == pytest.approx(4.0 / (exp.train_batch_size * exp.session_length))
-    assert (exp.learning_starts, exp.pace_slack) == (0, 64 * exp.session_length)
-    # options stored as JSON come back as lists: the tuples are restored
-    assert atari_a2c.Args(actions=["NOOP", "LEFT"], crop=[0, 1, 2, 3], size=[80, 80]).size == (80, 80)
+    assert (exp.learning_starts, exp.pace_slack) == (0, 32 * exp.session_length)
+
+
+def test_the_game_and_its_actions_are_options():
+    import atari
+
+    exp = atari.make_experiment(None, atari.Args(env_id="ALE/Breakout-v5", actions="NOOP,FIRE,RIGHT,LEFT", size=42))
+    env = exp.make_env()
+    assert env.action_space.n == 4 and env.observation_space.shape == (42, 42)
+    assert env.unwrapped.get_action_meanings()[:4] == ["NOOP", "FIRE", "RIGHT", "LEFT"]
+    assert exp.net.policy.out_features == 4
+    with pytest.raises(AssertionError, match="not one of this game's actions"):
+        atari.make_experiment(None, atari.Args(actions="NOOP,JUMP")).make_env()
 
 
 # -- end to end through the CLI ---------------------------------------------------------------------------------------
@@ -311,7 +363,7 @@ def test_run_with_two_players(tmp_path):
     out = run_cli(EXP, *args, "--db", f"sqlite:///{db_path}", cwd=tmp_path, env=env, timeout=90)
     assert "run stopped: reached" in out.stdout, out.stdout + out.stderr
     assert "mean return" in out.stdout
-    db = connect(f"sqlite:///{db_path}", "atari_a2c")
+    db = connect(f"sqlite:///{db_path}", "atari")
     lo, hi = db.session_range()
     workers = set(db.get_batch(list(range(lo, hi + 1)))["worker"].tolist())
     assert len(workers) == 2, "both players recorded sessions"

@@ -12,7 +12,7 @@ from conftest import ROOT, run_cli
 from tinyverse.database import connect
 
 CARTPOLE = ["cartpole_dqn.py", "cartpole_numpy.py"]
-EXAMPLES = [*CARTPOLE, "dqn.py", "atari_a2c.py"]
+EXAMPLES = [*CARTPOLE, "dqn.py", "atari.py"]
 
 
 def load(name: str):

@@ -1,0 +1,324 @@
+"""IMPALA on Atari from pixels: an actor-critic with V-trace, fed by any number of players (PyTorch, one file).
+
+    python -m tinyverse atari.py run                     # Pong: 1 player + 1 trainer on this machine
+    python -m tinyverse atari.py play -b 3               # or the parts, on as many machines as you have
+    python -m tinyverse atari.py train -b 10
+    python -m tinyverse atari.py eval -n 5               # 5 greedy games, an mp4 each in ./records
+    python -m tinyverse atari.py run --set env_id=ALE/Breakout-v5 --set "actions=NOOP,FIRE,RIGHT,LEFT"
+
+Players act with params that are a few versions old (they pick new ones up
+between sessions, and more players mean more lag). The learner corrects for
+that with V-trace (Espeholt et al. 2018, https://arxiv.org/abs/1802.01561):
+``act`` returns, besides the actions, the behaviour policy's log-probability of
+each action, which players record per tick (``outputs.logp``); the trainer
+weighs every tick by the ratio of the current policy's probability to it,
+clipped at ``rho_bar`` (advantages) and ``c_bar`` (how far a value target looks
+ahead). With no lag the ratios are 1 and the targets are n-step returns within
+the session. ``--set vtrace=false`` drops the correction (plain A2C on lagged
+data, for comparison).
+
+The game settings are those of ``PongNoFrameskip-v4`` with Stable-Baselines3's
+Atari wrappers, on which the measured figures are: no sticky actions
+(``--set sticky_actions=0.25`` for ALE v5's default), 4 frames per agent step,
+up to 30 NOOPs at reset. Frames are the emulator's grayscale, cropped to the
+field and area-downscaled to 80x80 uint8, and each is stored once: the agent's
+window of the last 4 frames is its *memory* (the 3 previous frames), stored
+once per session; the trainer rebuilds every tick's window from it
+(``wrappers.window_indices``). The network is the one of the A3C paper
+(16 and 32 filters, 256 hidden units: 2x cheaper to train than the Nature-DQN
+torso on 2 CPU cores, bench/atari_learn.py ``--profile``); ``--set net=nature``
+picks the larger one.
+
+The trainer samples among the newest ``recent_sessions`` sessions and the loops
+hold a pace of ``max_reuse`` uses of each recorded tick on average
+(updates_per_step = max_reuse / (train_batch_size x session_length)). Options
+(``Args``) come from ``--set name=value``; the first worker stores them, the
+others adopt them. The trainer's device is per process: ``--device`` /
+``TINYVERSE_DEVICE`` = auto (CUDA when available) | cpu | cuda.
+"""
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import ale_py
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+
+import tinyverse
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the experiment is loaded by path: find its neighbour
+from wrappers import ActionSubset, FrameMemory, NoopReset, Preprocess, window_indices  # noqa: E402
+
+# torch's default thread count made a DQN run 4x slower with several processes on 2 cores
+torch.set_num_threads(1)
+gym.register_envs(ale_py)
+
+
+@dataclass
+class Args:
+    env_id: str = "ALE/Pong-v5"
+    """the Atari game"""
+    sticky_actions: float = 0.0
+    """probability that the emulator repeats the previous action (0: PongNoFrameskip-v4; ALE v5's default 0.25)"""
+    noop_max: int = 30
+    """up to this many NOOPs at reset, so that greedy games differ"""
+    actions: str = "NOOP,RIGHT,LEFT"
+    """the game's actions the agent may use (Pong: stay, up, down; FIRE does nothing useful)"""
+    crop: str = "34,194,0,160"
+    """top,bottom,left,right of the 210x160 screen kept: Pong's field without the score"""
+    size: int = 80
+    """frames are area-downscaled to size x size (160 -> 80 is an exact 2x2 mean)"""
+    frame_skip: int = 4
+    """emulator frames per agent step, repeated by ALE in C++"""
+    window: int = 4
+    """frames the agent sees at once (the current one and 3 from its memory)"""
+    max_episode_steps: int | None = None
+    """truncate episodes after this many agent steps (None: the whole game)"""
+    net: str = "a3c"
+    """the convolutional torso: a3c (16-32 filters, 256 units) or nature (32-64-64, 512)"""
+    learning_rate: float = 5e-4
+    """Adam step size"""
+    gamma: float = 0.99
+    """discount factor"""
+    ent_coef: float = 0.01
+    """entropy bonus: keeps the policy exploring"""
+    vf_coef: float = 0.5
+    """weight of the value loss"""
+    max_grad_norm: float = 0.5
+    """gradient clipping (global L2 norm)"""
+    clip_rewards: bool = True
+    """train on sign(reward) (episode returns stay raw)"""
+    vtrace: bool = True
+    """correct for lag with V-trace (false: plain A2C, every importance weight taken as 1)"""
+    rho_bar: float = 1.0
+    """clip of the importance weights in the policy gradient and the TD errors"""
+    c_bar: float = 1.0
+    """clip of the importance weights that carry TD errors back in time"""
+    recent_sessions: int = 256
+    """the trainer samples among the newest sessions only"""
+    max_reuse: float = 2.0
+    """the pace: each recorded tick is trained on this many times on average"""
+
+
+def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias: float = 0.0) -> nn.Module:
+    """Orthogonal init as in OpenAI baselines / CleanRL."""
+    nn.init.orthogonal_(layer.weight, std)
+    nn.init.constant_(layer.bias, bias)
+    return layer
+
+
+class ActorCritic(nn.Module):
+    """A convolutional torso with a policy head and a value head; uint8 frames in."""
+
+    TORSOS = {  # (out channels, kernel, stride) per conv layer, then hidden units
+        "a3c": ([(16, 8, 4), (32, 4, 2)], 256),
+        "nature": ([(32, 8, 4), (64, 4, 2), (64, 3, 1)], 512),
+    }
+
+    def __init__(self, net: str, window: int, size: int, n_actions: int):
+        super().__init__()
+        assert net in self.TORSOS, f"net {net!r}: choose one of {', '.join(self.TORSOS)}"
+        convs, hidden = self.TORSOS[net]
+        layers, channels = [], window
+        for out, kernel, stride in convs:
+            layers += [layer_init(nn.Conv2d(channels, out, kernel, stride)), nn.ReLU()]
+            channels = out
+        self.torso = nn.Sequential(*layers, nn.Flatten())
+        n_flat = self.torso(torch.zeros(1, window, size, size)).shape[1]
+        self.torso.append(layer_init(nn.Linear(n_flat, hidden)))
+        self.torso.append(nn.ReLU())
+        self.policy = layer_init(nn.Linear(hidden, n_actions), std=0.01)
+        self.value = layer_init(nn.Linear(hidden, 1), std=1.0)
+
+    def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = self.torso(frames.float() / 255.0)  # uint8 until here, on whichever device
+        return self.policy(hidden), self.value(hidden).squeeze(-1)
+
+
+@torch.no_grad()
+def vtrace(
+    behaviour_logp: torch.Tensor,
+    target_logp: torch.Tensor,
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    ended: torch.Tensor,
+    gamma: float,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace value targets and policy-gradient advantages for (B, T) sessions.
+
+    ``values[:, t]`` is V(x_t); ``next_values[:, t]`` the value of what followed
+    tick t: V(x_t+1), the episode's final observation's where it was truncated,
+    0 where it terminated. ``ended`` cuts the recursion where an episode ended,
+    so nothing flows across episodes; after the last tick the target is
+    bootstrapped from ``next_values``. Returns ``(vs, advantages)``. With equal
+    log-probabilities (no lag) ``vs`` are the n-step returns to the session's
+    (or the episode's) end, and the advantages are the one-step ones on them.
+    """
+    ratios = (target_logp - behaviour_logp).exp()
+    rho, c = ratios.clamp(max=rho_bar), ratios.clamp(max=c_bar)
+    deltas = rho * (rewards + gamma * next_values - values)
+    carry = gamma * c * (~ended)  # how much of the next tick's correction flows back to this one
+    corrections = torch.zeros_like(deltas)
+    running = torch.zeros_like(deltas[:, 0])
+    for t in reversed(range(deltas.shape[1])):  # T small steps over the whole batch at once
+        running = deltas[:, t] + carry[:, t] * running
+        corrections[:, t] = running
+    vs = values + corrections
+    # v_s+1 for the advantage: the next tick's target within an episode, what followed it at its end
+    next_vs = torch.cat([torch.where(ended[:, :-1], next_values[:, :-1], vs[:, 1:]), next_values[:, -1:]], 1)
+    return vs, rho * (rewards + gamma * next_vs - values)
+
+
+class Atari(tinyverse.Experiment):
+    session_length = 25  # as in the original project
+    buffer_size = 2000  # sessions (50k frames): the trainer reads the newest `recent_sessions` only
+    play_batch_size = 8  # environments a player runs at once: one forward for all of them
+    train_batch_size = 8  # sessions: 200 ticks an update
+    learning_starts = 0  # the trainer starts at its first batch
+
+    def __init__(self, db=None, args: Args | None = None):
+        super().__init__(db)
+        self.args = a = args or Args()
+        env = self.make_env()
+        assert isinstance(env.action_space, gym.spaces.Discrete), "only discrete actions"
+        self.frames = FrameMemory(a.window, env.observation_space.shape)
+        self.net = ActorCritic(a.net, a.window, a.size, int(env.action_space.n))
+        env.close()
+        self.device = torch.device("cpu")  # players act on the CPU; prepare_training picks the trainer's
+        self.updates_per_step = a.max_reuse / (self.train_batch_size * self.session_length)
+        self.pace_slack = a.recent_sessions * self.session_length // 2  # players never outrun what is sampled
+
+    def make_env(self, render_mode=None):
+        a = self.args
+        env = gym.make(
+            a.env_id,
+            obs_type="grayscale",  # the emulator's own luminance: no NumPy work per frame
+            frameskip=a.frame_skip,
+            repeat_action_probability=a.sticky_actions,
+            render_mode=render_mode,
+        )
+        # ALE says 30 fps for any frame skip: one frame per agent step at 60/skip fps plays at real speed
+        env.metadata = {**env.metadata, "render_fps": 60 // a.frame_skip}
+        top, bottom, left, right = (int(x) for x in a.crop.split(","))
+        env = ActionSubset(NoopReset(env, a.noop_max), a.actions.split(","))
+        env = Preprocess(env, crop=(top, bottom, left, right), size=(a.size, a.size))
+        if a.max_episode_steps:
+            env = gym.wrappers.TimeLimit(env, a.max_episode_steps)
+        return env
+
+    # -- players ----------------------------------------------------------------
+    def initial_memory(self, batch_size):
+        return self.frames.initial(batch_size)
+
+    @torch.no_grad()
+    def act(self, observations, memory, greedy=False):
+        window, memory = self.frames.push(observations, memory)
+        logits, _ = self.net(torch.from_numpy(window).to(self.device))
+        logp = logits.log_softmax(1)
+        if greedy:
+            actions = logp.argmax(1)
+        else:  # torch.multinomial: the same draw as Categorical.sample without its ~0.1 ms of checks
+            actions = torch.multinomial(logp.exp(), 1)[:, 0]
+        taken = logp.gather(1, actions[:, None])[:, 0]
+        return actions.cpu().numpy(), memory, {"logp": taken.cpu().numpy()}
+
+    # -- trainer ----------------------------------------------------------------
+    def prepare_training(self):
+        a, device = self.args, os.environ.get("TINYVERSE_DEVICE", "auto")  # per process: not an option
+        if device == "auto":
+            self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        else:
+            assert not device.startswith("cuda") or torch.cuda.is_available(), f"device {device} but no CUDA device"
+            self.device = torch.device(device)
+        self.net.to(self.device)
+        # Adam rather than A2C's RMSprop: PyTorch's starts its averages at 0, so its first steps are 10x too large
+        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=a.learning_rate, eps=1e-5)
+
+    def sample(self, db, batch_size):
+        # the newest sessions only, and how many params versions behind the current ones each was played
+        lo, hi = db.session_range()
+        lo = max(lo, hi - max(self.args.recent_sessions, batch_size) + 1)
+        if hi - lo + 1 < batch_size:
+            return {}
+        ids = np.random.default_rng().choice(np.arange(lo, hi + 1), batch_size, replace=False)
+        batch = db.get_batch(ids.tolist())
+        if batch:
+            batch["policy_lag"] = (db.params_version() or 0) - batch["version"]
+        return batch
+
+    def windows(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every tick's window (B, T+1, K, H, W) uint8 on the device, and the frame sequence they index."""
+        d, k = self.device, self.args.window
+        idx, self.final_idx = window_indices(batch["terminated"], batch["truncated"], k)
+        obs = torch.from_numpy(batch["observations"]).to(d)
+        # every frame of the session once: [zero, memory, observations, finals]
+        parts = [torch.zeros_like(obs[:, :1]), torch.from_numpy(batch["memory.frames"]).to(d), obs]
+        seq = torch.cat([*parts, torch.from_numpy(batch["final_observations"]).to(d)], dim=1)
+        rows = torch.arange(len(idx), device=d)[:, None, None]
+        return seq[rows, torch.from_numpy(idx).to(d)], seq
+
+    def train_step(self, batch):
+        a, d = self.args, self.device
+        B, T = batch["rewards"].shape
+        terminated, truncated = batch["terminated"], batch["truncated"]
+        windows, seq = self.windows(batch)
+        logits, values = self.net(windows.flatten(0, 1))
+        logits, values = logits.view(B, T + 1, -1)[:, :T], values.view(B, T + 1)
+        logp_all = logits.log_softmax(-1)
+        actions = torch.from_numpy(batch["actions"]).to(d).long()
+        logp = logp_all.gather(-1, actions[..., None])[..., 0]
+
+        with torch.no_grad():
+            next_values = values[:, 1:].clone()  # after an episode end this is the next episode's start...
+            b, t = np.nonzero(truncated & ~terminated)
+            if len(b):  # ...so a truncated episode bootstraps from its own final window
+                final = seq[torch.from_numpy(b).to(d)[:, None], torch.from_numpy(self.final_idx[b, t]).to(d)]
+                next_values[torch.from_numpy(b).to(d), torch.from_numpy(t).to(d)] = self.net(final)[1]
+            next_values[torch.from_numpy(terminated).to(d)] = 0.0  # and a terminated one does not
+            rewards = torch.from_numpy(batch["rewards"]).to(d)
+            rewards = rewards.sign() if a.clip_rewards else rewards
+            ended = torch.from_numpy(terminated | truncated).to(d)
+            recorded, target = torch.from_numpy(batch["outputs.logp"]).to(d), logp.detach()
+            ratios = (target - recorded).exp()  # what V-trace weighs ticks by (measured when it is off too)
+            behaviour = recorded if a.vtrace else target  # off: as if the data were on-policy (plain A2C)
+            vs, advantages = vtrace(
+                behaviour, target, rewards, values[:, :T], next_values, ended, a.gamma, a.rho_bar, a.c_bar
+            )
+
+        pg_loss = -(logp * advantages).mean()
+        value_loss = 0.5 * ((vs - values[:, :T]) ** 2).mean()
+        entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
+        loss = pg_loss + a.vf_coef * value_loss - a.ent_coef * entropy
+        self.optimizer.zero_grad()
+        loss.backward()
+        grad_norm = nn.utils.clip_grad_norm_(self.net.parameters(), a.max_grad_norm)
+        self.optimizer.step()
+        return {
+            "loss": loss.item(),
+            "pg_loss": pg_loss.item(),
+            "value_loss": value_loss.item(),
+            "entropy": entropy.item(),
+            "grad_norm": grad_norm.item(),
+            "value": values.mean().item(),
+            "rho_mean": ratios.mean().item(),
+            "rho_clipped": (ratios > a.rho_bar).float().mean().item(),
+            "policy_lag": float(batch["policy_lag"].mean()) if "policy_lag" in batch else 0.0,
+        }
+
+    # -- params -----------------------------------------------------------------
+    def get_params(self):
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.net.state_dict().items()}
+
+    def set_params(self, params):
+        self.net.load_state_dict({k: torch.from_numpy(params[k]) for k in self.net.state_dict()})
+
+
+def make_experiment(db, args: Args):
+    return Atari(db, args)
