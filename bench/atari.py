@@ -5,13 +5,13 @@
 
 Every rate is agent steps per second (one agent step = 4 emulator frames), measured in this one run:
 
-- raw env: ``gym.make("ALE/Pong-v5")``, RGB frames, random actions;
+- raw env: ``gym.make("ALE/Pong-v5")`` without sticky actions, RGB frames, random actions;
 - env: the experiment's ``make_env()`` (emulator grayscale, 3 actions, crop, 80x80), random
   actions; next to it the same preprocessing with ``wrappers.FrameSkip`` instead of ALE's own skip;
 - env + policy: the loop a player runs (B envs, ``exp.act`` on the window, resets), nothing stored;
-- recorded: ``python -m tinyverse examples/atari_a2c.py play -b B`` into a fresh SQLite file,
+- recorded: ``python -m tinyverse examples/atari.py play -b B`` into a fresh SQLite file,
   counted from the database after a warm-up, while this process publishes new params every 2 s as
-  the A2C trainer does (so players also load params).
+  a trainer does (so players also load params).
 
 The env + policy loop and the players run as 1 and then 2 concurrent processes, alternated 3 times;
 recording cost is 1 - recorded / (env + policy) per CPU second with the same number of processes
@@ -34,7 +34,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
-EXP = ROOT / "examples" / "atari_a2c.py"
+EXP = ROOT / "examples" / "atari.py"
 
 
 def rate_of(step, seconds: float, warmup: float = 1.0) -> tuple[float, float]:
@@ -69,16 +69,16 @@ def env_rate(env, seconds: float) -> float:
 
 def loop_rate(batch: int, seconds: float) -> tuple[float, float]:
     """The player's loop without recording: B envs, the policy on the window, resets."""
-    import atari_a2c
+    import atari
 
-    exp = atari_a2c.make_experiment(None, atari_a2c.Args())
+    exp = atari.make_experiment(None, atari.Args())
     envs = [exp.make_env() for _ in range(batch)]
     obs = np.stack([env.reset(seed=i)[0] for i, env in enumerate(envs)])
     memory = exp.initial_memory(batch)
 
     def step():
         nonlocal memory
-        actions, memory = exp.act(obs, memory)
+        actions, memory, _ = exp.act(obs, memory)
         for i, env in enumerate(envs):
             o, _, term, trunc, _ = env.step(actions[i])
             if term or trunc:
@@ -106,12 +106,12 @@ def loops(n: int, batch: int, seconds: float) -> tuple[float, float]:
 
 def players(n: int, batch: int, seconds: float, workdir: Path) -> tuple[float, float]:
     """Steps recorded by ``n`` concurrent players: per wall second (total), per CPU second."""
-    from atari_a2c import AtariA2C
+    from atari import Atari
 
     from tinyverse.database import connect
 
     path = Path(tempfile.mkdtemp(dir=workdir)) / "players.db"  # a fresh database: counting starts at 0
-    db = connect(f"sqlite:///{path}", "atari_a2c")
+    db = connect(f"sqlite:///{path}", "atari")
     db.add_updates(10**9)  # a trainer far ahead: the players never wait for one (the pace)
     argv = [sys.executable, "-m", "tinyverse", str(EXP), "play", "-b", str(batch), "--db", f"sqlite:///{path}", "-q"]
     procs = parallel(argv, n)
@@ -133,12 +133,12 @@ def players(n: int, batch: int, seconds: float, workdir: Path) -> tuple[float, f
         for p in procs:
             p.wait(30)
     db.close()
-    steps = (last - first) * AtariA2C.session_length
+    steps = (last - first) * Atari.session_length
     return steps / wall, steps / cpu
 
 
 def publish_params(db, stop: threading.Event) -> None:
-    """Publish changed params every 2 s, as the A2C trainer does, so that players load them."""
+    """Publish changed params every 2 s, as a trainer does, so that players load them."""
     params = db.load_params()[1]
     while not stop.wait(2.0):
         params = {k: v + np.asarray(1e-6, v.dtype) if v.dtype.kind == "f" else v for k, v in params.items()}
@@ -147,7 +147,7 @@ def publish_params(db, stop: threading.Event) -> None:
 
 def session_bytes(workdir: Path) -> tuple[int, int]:
     """Encoded bytes of one real 25-tick session: frames once (+ memory) vs every tick's 4-stack."""
-    import atari_a2c
+    import atari
     from wrappers import window_indices
 
     from tinyverse.database import connect
@@ -155,7 +155,7 @@ def session_bytes(workdir: Path) -> tuple[int, int]:
     from tinyverse.player import play
 
     db = connect(f"sqlite:///{workdir / 'one.db'}", "one")
-    exp = atari_a2c.make_experiment(db, atari_a2c.Args())
+    exp = atari.make_experiment(db, atari.Args())
     play(exp, db, 1, sessions=2, seed=0)
     s = {k: v[0] for k, v in db.get_batch([2]).items() if k != "id"}
     idx, _ = window_indices(s["terminated"][None], s["truncated"][None], exp.args.window)
@@ -178,18 +178,21 @@ def main():
         return
 
     import ale_py
-    import atari_a2c
+    import atari
     import gymnasium as gym
     from wrappers import FrameSkip, Preprocess
 
     gym.register_envs(ale_py)
     s = args.seconds / 2
-    a = atari_a2c.Args()
-    batch = args.batch or atari_a2c.AtariA2C.play_batch_size
-    raw = env_rate(gym.make("ALE/Pong-v5"), s)
-    env = env_rate(atari_a2c.make_experiment(None, atari_a2c.Args()).make_env(), s)
-    skip = FrameSkip(gym.make("ALE/Pong-v5", frameskip=1, obs_type="grayscale"), a.frame_skip)
-    wrapper_skip = env_rate(Preprocess(skip, crop=a.crop, size=a.size), s)
+    a = atari.Args()
+    batch = args.batch or atari.Atari.play_batch_size
+    raw = env_rate(gym.make("ALE/Pong-v5", repeat_action_probability=0.0), s)
+    env = env_rate(atari.make_experiment(None, atari.Args()).make_env(), s)
+    skip = FrameSkip(
+        gym.make("ALE/Pong-v5", frameskip=1, obs_type="grayscale", repeat_action_probability=0.0), a.frame_skip
+    )
+    crop = tuple(int(x) for x in a.crop.split(","))
+    wrapper_skip = env_rate(Preprocess(skip, crop=crop, size=(a.size, a.size)), s)
     print(f"Pong-v5, agent steps/s (4 frames each), {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
     print(f"  raw env (RGB 210x160)              {raw:8.0f}")
     print(f"  env, make_env() (80x80 gray)       {env:8.0f}   {env / raw:.2f} x raw")
