@@ -1,0 +1,297 @@
+"""Pong from pixels: wall time to a mean return of -15, -5 and 0, tinyverse vs Stable-Baselines3 PPO.
+
+    python bench/atari_learn.py                                   # both, one after the other (~90 min)
+    python bench/atari_learn.py --systems tinyverse --minutes 45  # one system
+    python bench/atari_learn.py --systems tinyverse --players 2 --set max_reuse=1
+    python bench/atari_learn.py --report bench/results/atari-learn-2cores.jsonl --plot pong.png
+    python bench/atari_learn.py --profile                         # where a trainer update's time goes
+
+Both systems play Pong with the settings of ``PongNoFrameskip-v4`` (no sticky actions, 4 frames an
+agent step, up to 30 NOOPs at reset) and are judged alike: the mean return of the last 50 finished
+training episodes (all environments together, raw scores), at each episode's end; a threshold is
+reached at the first episode where that mean is at or above it. The clock starts when this script
+spawns the system's process, so imports and start-up count. A run ends at 0 or after ``--minutes``.
+
+- tinyverse: ``python -m tinyverse examples/atari.py run`` with its defaults (``--players``, ``--set``
+  options) on a fresh SQLite file; this process reads the episodes from the database every 10 s and
+  stops the run with SIGINT (a warm stop) at the end.
+- SB3: PPO with RL-Zoo's Atari hyperparameters (8 envs, 128 steps, 4 epochs, batch 256, lr 2.5e-4 and
+  clip 0.1 both decayed linearly over 10M steps, ent 0.01, vf 0.5) on ``PongNoFrameskip-v4`` with
+  SB3's Atari wrappers and 4 stacked frames, seed 0, in a subprocess with torch's default threads.
+
+Rows go to ``--out`` (JSON lines): every episode as ``{"system", "minutes", "return"}`` and one summary
+per run. Runs are sequential: the two systems must not share this machine's cores.
+"""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+THRESHOLDS = (-15.0, -5.0, 0.0)
+WINDOW = 50
+
+
+def commit() -> str:
+    out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
+def reached(episodes: list[tuple[float, float]]) -> dict[str, float | None]:
+    """Minutes at which the last-WINDOW mean first reaches each threshold (None: never)."""
+    returns, out = np.array([r for _, r in episodes]), {}
+    means = np.convolve(returns, np.ones(WINDOW) / WINDOW, "valid") if len(returns) >= WINDOW else np.array([])
+    for threshold in THRESHOLDS:
+        hit = np.nonzero(means >= threshold)[0]
+        out[f"{threshold:g}"] = round(episodes[hit[0] + WINDOW - 1][0], 2) if len(hit) else None
+    return out
+
+
+def last_mean(episodes: list[tuple[float, float]]) -> float | None:
+    return float(np.mean([r for _, r in episodes[-WINDOW:]])) if len(episodes) >= WINDOW else None
+
+
+def run_tinyverse(minutes: float, players: int, options: list[str], workdir: Path) -> list[tuple[float, float]]:
+    from tinyverse.database import connect
+
+    url = f"sqlite:///{workdir / 'pong.db'}"
+    sets = [x for o in options for x in ("--set", o)]
+    argv = [sys.executable, "-m", "tinyverse", str(ROOT / "examples" / "atari.py"), "run", "--db", url]
+    argv += ["--players", str(players), "--eval-episodes", "0", "-q", *sets]
+    start = time.time()
+    proc = subprocess.Popen(argv, cwd=workdir)
+    db, episodes, shown = None, [], 0.0
+    try:
+        while proc.poll() is None and time.time() - start < minutes * 60:
+            time.sleep(10)
+            db = db or (connect(url, "atari") if (workdir / "pong.db").exists() else None)
+            if db is None:
+                continue
+            episodes = [((m["time"] - start) / 60, m["return"]) for m in db.metrics("episodes", 10**6)]
+            episodes.sort()
+            if time.time() - shown > 60:
+                mean = last_mean(episodes)
+                print(
+                    f"  tinyverse {(time.time() - start) / 60:5.1f} min: {len(episodes)} episodes, "
+                    f"last-{WINDOW} mean {'-' if mean is None else f'{mean:.1f}'}",
+                    flush=True,
+                )
+                shown = time.time()
+            if reached(episodes)[f"{THRESHOLDS[-1]:g}"] is not None:
+                break
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # a warm stop: run stops its workers and keeps the params
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        if db is not None:
+            db.close()
+    return episodes
+
+
+def run_sb3(minutes: float) -> list[tuple[float, float]]:
+    argv = [sys.executable, __file__, "--sb3-worker", "--minutes", str(minutes)]
+    start, episodes, shown = time.time(), [], 0.0
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as proc:
+        for line in proc.stdout:
+            row = json.loads(line)
+            episodes.append(((row["time"] - start) / 60, row["return"]))
+            if time.time() - shown > 60:
+                mean = last_mean(episodes)
+                print(
+                    f"  sb3 {(time.time() - start) / 60:5.1f} min: {len(episodes)} episodes, "
+                    f"last-{WINDOW} mean {'-' if mean is None else f'{mean:.1f}'}",
+                    flush=True,
+                )
+                shown = time.time()
+    return episodes
+
+
+def sb3_worker(minutes: float) -> None:
+    """PPO on Pong with RL-Zoo's settings; prints every finished episode as a JSON line."""
+    import ale_py
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    gym.register_envs(ale_py)
+    deadline, returns = time.time() + minutes * 60, []
+
+    class Episodes(BaseCallback):
+        def _on_step(self) -> bool:
+            for info in self.locals["infos"]:
+                if "episode" in info:
+                    returns.append(info["episode"]["r"])
+                    print(json.dumps({"time": time.time(), "return": float(info["episode"]["r"])}), flush=True)
+            solved = len(returns) >= WINDOW and np.mean(returns[-WINDOW:]) >= THRESHOLDS[-1]
+            return time.time() < deadline and not solved
+
+    env = VecFrameStack(make_atari_env("PongNoFrameskip-v4", n_envs=8, seed=0), n_stack=4)
+    decay = lambda start: lambda progress: start * progress  # noqa: E731  (RL-Zoo's lin_ schedules)
+    model = PPO(
+        "CnnPolicy", env, n_steps=128, n_epochs=4, batch_size=256, learning_rate=decay(2.5e-4),
+        clip_range=decay(0.1), vf_coef=0.5, ent_coef=0.01, seed=0, verbose=0,
+    )  # fmt: skip
+    model.learn(10_000_000, callback=Episodes())
+
+
+def profile(batch_size: int, updates: int) -> None:
+    """Where a trainer update's time goes, for each torso: sampling, window rebuild, the whole step."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    import atari
+    import torch
+
+    from tinyverse.database import connect
+    from tinyverse.player import play
+
+    with tempfile.TemporaryDirectory() as tmp:
+        db = connect(f"sqlite:///{tmp}/p.db", "p")
+        play(atari.make_experiment(db, atari.Args()), db, batch_size=8, sessions=max(2, batch_size // 4))
+        print(f"one update on {batch_size} sessions of 25 ticks, {torch.get_num_threads()} torch thread(s), "
+              f"mean of {updates}:")  # fmt: skip
+        for net in atari.ActorCritic.TORSOS:
+            exp = atari.make_experiment(db, atari.Args(net=net))
+            exp.prepare_training()
+            exp.train_step(exp.sample(db, batch_size))  # warm-up
+            spent = {"sample": 0.0, "windows": 0.0, "train_step": 0.0}
+            for _ in range(updates):
+                t0 = time.perf_counter()
+                batch = exp.sample(db, batch_size)
+                t1 = time.perf_counter()
+                exp.windows(batch)
+                t2 = time.perf_counter()
+                exp.train_step(batch)
+                t3 = time.perf_counter()
+                for k, dt in zip(spent, (t1 - t0, t2 - t1, t3 - t2), strict=True):
+                    spent[k] += dt / updates
+            total = spent["sample"] + spent["train_step"]
+            shown = ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in spent.items())
+            print(f"  {net:<7} {shown} (windows are part of train_step): "
+                  f"{1 / total:.1f} updates/s, {batch_size * 25 / total:,.0f} ticks trained/s")  # fmt: skip
+        db.close()
+
+
+def summary(system: str, episodes: list[tuple[float, float]], minutes: float, extra: dict) -> dict:
+    return {
+        "kind": "summary",
+        "system": system,
+        "date": date.today().isoformat(),
+        "commit": commit(),
+        "cores": os.cpu_count(),
+        "budget_minutes": minutes,
+        "episodes": len(episodes),
+        "minutes_to": reached(episodes),
+        "final_mean": last_mean(episodes),
+        **extra,
+    }
+
+
+def report(rows: list[dict]) -> None:
+    runs = [r for r in rows if r.get("kind") == "summary"]
+    head = "".join(f"{'to ' + f'{t:g}':>9}" for t in THRESHOLDS)
+    print(f"{'system':<34}{head}{'last mean':>11}{'episodes':>10}   (minutes of wall time)")
+    for r in runs:
+        label = r["system"] + (f" {r['label']}" if r.get("label") else "")
+        cells = "".join(
+            f"{'-' if r['minutes_to'][f'{t:g}'] is None else r['minutes_to'][f'{t:g}']:>9}" for t in THRESHOLDS
+        )
+        final = "-" if r["final_mean"] is None else f"{r['final_mean']:.1f}"
+        print(f"{label:<34}{cells}{final:>11}{r['episodes']:>10}")
+    base = next((r for r in runs if r["system"] == "sb3"), None)
+    for r in runs:
+        if r["system"] != "sb3" and base:
+            ratios = []
+            for t in THRESHOLDS:
+                ours, theirs = r["minutes_to"][f"{t:g}"], base["minutes_to"][f"{t:g}"]
+                ratios.append("-" if ours is None or theirs is None else f"{ours / theirs:.2f}")
+            print(
+                f"ratio {r.get('label') or r['system']} / sb3 at {', '.join(f'{t:g}' for t in THRESHOLDS)}: "
+                f"{', '.join(ratios)}"
+            )
+
+
+def plot(rows: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for run in sorted({(r["system"], r.get("label", "")) for r in rows if r.get("kind") == "episode"}):
+        eps = [(r["minutes"], r["return"]) for r in rows if (r.get("kind"), r["system"], r.get("label", "")) ==
+               ("episode", *run)]  # fmt: skip
+        if len(eps) >= WINDOW:
+            t = [m for m, _ in eps][WINDOW - 1 :]
+            mean = np.convolve([x for _, x in eps], np.ones(WINDOW) / WINDOW, "valid")
+            ax.plot(t, mean, label=" ".join(x for x in run if x))
+    for t in THRESHOLDS:
+        ax.axhline(t, color="grey", lw=0.5, ls=":")
+    ax.set(xlabel="wall time (minutes)", ylabel=f"mean return, last {WINDOW} episodes", title="Pong, 2 cores")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    print(f"wrote {path}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--systems", default="tinyverse,sb3", help="comma-separated: tinyverse, sb3")
+    parser.add_argument("--minutes", type=float, default=45.0, help="wall-time budget of each run")
+    parser.add_argument("--players", type=int, default=1, help="tinyverse player processes")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="options of atari.py")
+    parser.add_argument("--label", default="", help="a name for this configuration in the tables")
+    parser.add_argument("--out", default=f"atari-learn-{date.today().isoformat()}.jsonl", help="rows (JSON lines)")
+    parser.add_argument("--report", help="print the tables of a rows file instead of running")
+    parser.add_argument("--plot", help="draw the curves of --report's file (or of this run) into a PNG")
+    parser.add_argument("--profile", action="store_true", help="time the trainer's update per torso instead")
+    parser.add_argument("--sb3-worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.sb3_worker:
+        return sb3_worker(args.minutes)
+    if args.profile:
+        return profile(8, 20)
+    if args.report:
+        rows = [json.loads(line) for line in Path(args.report).read_text().splitlines() if line.strip()]
+        report(rows)
+        if args.plot:
+            plot(rows, args.plot)
+        return
+    for system in args.systems.split(","):
+        print(f"{system}: up to {args.minutes:g} minutes", flush=True)
+        extra = {"label": args.label}
+        if system == "tinyverse":
+            with tempfile.TemporaryDirectory() as tmp:
+                episodes = run_tinyverse(args.minutes, args.players, args.set, Path(tmp))
+            extra |= {"players": args.players, "options": args.set}
+        elif system == "sb3":
+            episodes = run_sb3(args.minutes)
+        else:
+            parser.error(f"unknown system {system!r}: tinyverse or sb3")
+        rows = [{"kind": "episode", "system": system, "label": args.label, "minutes": round(m, 3), "return": r}
+                for m, r in episodes]  # fmt: skip
+        rows.append(summary(system, episodes, args.minutes, extra))
+        with open(args.out, "a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+        report([rows[-1]])
+    rows = [json.loads(line) for line in Path(args.out).read_text().splitlines() if line.strip()]
+    report(rows)
+    if args.plot:
+        plot(rows, args.plot)
+
+
+if __name__ == "__main__":
+    main()
