@@ -80,8 +80,8 @@ class Args:
     """truncate episodes after this many agent steps (None: the whole game)"""
     net: str = "a3c"
     """the convolutional torso: a3c (16-32 filters, 256 units) or nature (32-64-64, 512)"""
-    learning_rate: float = 5e-4
-    """Adam step size"""
+    learning_rate: float = 2.5e-4
+    """Adam step size (as PPO's on Atari)"""
     gamma: float = 0.99
     """discount factor"""
     ent_coef: float = 0.01
@@ -98,9 +98,13 @@ class Args:
     """clip of the importance weights in the policy gradient and the TD errors"""
     c_bar: float = 1.0
     """clip of the importance weights that carry TD errors back in time"""
-    recent_sessions: int = 256
+    clip: float = 0.1
+    """> 0: PPO's clipped surrogate (ratio to the player's policy within 1 +- clip) on V-trace's advantages"""
+    normalize_advantages: bool = True
+    """scale each batch's advantages to mean 0, std 1 (as PPO does)"""
+    recent_sessions: int = 64
     """the trainer samples among the newest sessions only"""
-    max_reuse: float = 2.0
+    max_reuse: float = 4.0
     """the pace: each recorded tick is trained on this many times on average"""
 
 
@@ -151,15 +155,16 @@ def vtrace(
     rho_bar: float = 1.0,
     c_bar: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """V-trace value targets and policy-gradient advantages for (B, T) sessions.
+    """V-trace value targets ``vs`` and the Q estimates ``qs`` the policy gradient uses, for (B, T) sessions.
 
     ``values[:, t]`` is V(x_t); ``next_values[:, t]`` the value of what followed
     tick t: V(x_t+1), the episode's final observation's where it was truncated,
     0 where it terminated. ``ended`` cuts the recursion where an episode ended,
     so nothing flows across episodes; after the last tick the target is
-    bootstrapped from ``next_values``. Returns ``(vs, advantages)``. With equal
+    bootstrapped from ``next_values``. ``qs[:, t]`` = r_t + gamma v_t+1 (IMPALA's
+    advantage is the clipped weight times ``qs - values``). With equal
     log-probabilities (no lag) ``vs`` are the n-step returns to the session's
-    (or the episode's) end, and the advantages are the one-step ones on them.
+    (or the episode's) end.
     """
     ratios = (target_logp - behaviour_logp).exp()
     rho, c = ratios.clamp(max=rho_bar), ratios.clamp(max=c_bar)
@@ -173,7 +178,7 @@ def vtrace(
     vs = values + corrections
     # v_s+1 for the advantage: the next tick's target within an episode, what followed it at its end
     next_vs = torch.cat([torch.where(ended[:, :-1], next_values[:, :-1], vs[:, 1:]), next_values[:, -1:]], 1)
-    return vs, rho * (rewards + gamma * next_vs - values)
+    return vs, rewards + gamma * next_vs
 
 
 class Atari(tinyverse.Experiment):
@@ -182,6 +187,7 @@ class Atari(tinyverse.Experiment):
     play_batch_size = 8  # environments a player runs at once: one forward for all of them
     train_batch_size = 8  # sessions: 200 ticks an update
     learning_starts = 0  # the trainer starts at its first batch
+    save_every = 10  # updates between publications: players act with params at most ~1 s old
 
     def __init__(self, db=None, args: Args | None = None):
         super().__init__(db)
@@ -288,11 +294,18 @@ class Atari(tinyverse.Experiment):
             recorded, target = torch.from_numpy(batch["outputs.logp"]).to(d), logp.detach()
             ratios = (target - recorded).exp()  # what V-trace weighs ticks by (measured when it is off too)
             behaviour = recorded if a.vtrace else target  # off: as if the data were on-policy (plain A2C)
-            vs, advantages = vtrace(
-                behaviour, target, rewards, values[:, :T], next_values, ended, a.gamma, a.rho_bar, a.c_bar
-            )
+            vs, qs = vtrace(behaviour, target, rewards, values[:, :T], next_values, ended, a.gamma, a.rho_bar, a.c_bar)
+            advantages = qs - values[:, :T]
+            if a.normalize_advantages:
+                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
-        pg_loss = -(logp * advantages).mean()
+        if a.clip:  # PPO's clipped surrogate on the ratio to the behaviour policy (APPO)
+            ratio = (logp - recorded).exp()
+            surrogate = torch.min(ratio * advantages, ratio.clamp(1 - a.clip, 1 + a.clip) * advantages)
+            pg_loss = -surrogate.mean()
+        else:  # IMPALA: the clipped importance weight times the advantage
+            rho = (target - behaviour).exp().clamp(max=a.rho_bar)
+            pg_loss = -(logp * rho * advantages).mean()
         value_loss = 0.5 * ((vs - values[:, :T]) ** 2).mean()
         entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
         loss = pg_loss + a.vf_coef * value_loss - a.ent_coef * entropy

@@ -232,8 +232,8 @@ def vtrace_of(behaviour, target, rewards, values, next_values, ended, gamma, rho
     import atari
 
     t = (torch.tensor(np.asarray(x)[None]) for x in (behaviour, target, rewards, values, next_values, ended))
-    vs, adv = atari.vtrace(*t, gamma, rho_bar, c_bar)
-    return vs[0].numpy(), adv[0].numpy()
+    vs, qs = atari.vtrace(*t, gamma, rho_bar, c_bar)
+    return vs[0].numpy(), qs[0].numpy()
 
 
 def test_vtrace_without_lag_is_the_n_step_return_to_the_sessions_end():
@@ -241,10 +241,10 @@ def test_vtrace_without_lag_is_the_n_step_return_to_the_sessions_end():
     gamma, rewards, values = 0.5, [1.0, 0.0, 2.0], [0.3, -0.2, 0.7]
     next_values = [-0.2, 0.7, 4.0]  # V(x_1), V(x_2), V(x_3): the session's bootstrap
     logp = np.log([0.2, 0.5, 0.9])
-    vs, adv = vtrace_of(logp, logp, rewards, values, next_values, [False] * 3, gamma)
+    vs, qs = vtrace_of(logp, logp, rewards, values, next_values, [False] * 3, gamma)
     np.testing.assert_allclose(vs, [1 + 0.25 * 2 + 0.125 * 4, 0 + 0.5 * 2 + 0.25 * 4, 2 + 0.5 * 4], rtol=1e-6)
-    # advantages: r_s + g v_s+1 - V(x_s), with v_3 = V(x_3)
-    np.testing.assert_allclose(adv, [1 + 0.5 * vs[1] - 0.3, 0 + 0.5 * vs[2] + 0.2, 2 + 0.5 * 4 - 0.7], rtol=1e-6)
+    # the policy gradient's Q estimates: r_s + g v_s+1, with v_3 = V(x_3)
+    np.testing.assert_allclose(qs, [1 + 0.5 * vs[1], 0 + 0.5 * vs[2], 2 + 0.5 * 4], rtol=1e-6)
 
 
 def test_vtrace_cuts_at_terminations_and_bootstraps_truncations():
@@ -252,10 +252,10 @@ def test_vtrace_cuts_at_terminations_and_bootstraps_truncations():
     logp = np.zeros(4)
     # terminated at tick 1 (nothing follows: 0), a new episode from tick 2, truncated at tick 3 (V(final) = 8)
     ended, next_values = [False, True, False, True], [0.2, 0.0, 0.4, 8.0]
-    vs, adv = vtrace_of(logp, logp, rewards, values, next_values, ended, gamma)
+    vs, qs = vtrace_of(logp, logp, rewards, values, next_values, ended, gamma)
     np.testing.assert_allclose(vs, [1 + 0.5 * 1, 1, 1 + 0.5 * (1 + 0.5 * 8), 1 + 0.5 * 8], rtol=1e-6)
-    np.testing.assert_allclose(adv[1], 1 + 0.5 * 0.0 - 0.2, rtol=1e-6)  # no target flows across the end
-    np.testing.assert_allclose(adv[3], 1 + 0.5 * 8 - 0.4, rtol=1e-6)
+    np.testing.assert_allclose(qs[1], 1 + 0.5 * 0.0, rtol=1e-6)  # no target flows across the end
+    np.testing.assert_allclose(qs[3], 1 + 0.5 * 8, rtol=1e-6)
 
 
 def test_vtrace_clips_the_importance_weights():
@@ -263,10 +263,10 @@ def test_vtrace_clips_the_importance_weights():
     # tick 1: half as much (weight 0.5, not clipped); c_bar = 0.8 caps how much of tick 1 flows back
     gamma, rewards, values, next_values = 0.9, [1.0, 2.0], [0.5, 1.5], [1.5, 3.0]
     behaviour, target = np.log([0.2, 0.6]), np.log([0.6, 0.3])
-    vs, adv = vtrace_of(behaviour, target, rewards, values, next_values, [False, False], gamma, 1.0, 0.8)
+    vs, qs = vtrace_of(behaviour, target, rewards, values, next_values, [False, False], gamma, 1.0, 0.8)
     d0, d1 = 1.0 * (1 + 0.9 * 1.5 - 0.5), 0.5 * (2 + 0.9 * 3.0 - 1.5)
     np.testing.assert_allclose(vs, [0.5 + d0 + 0.9 * 0.8 * d1, 1.5 + d1], rtol=1e-6)
-    np.testing.assert_allclose(adv, [1.0 * (1 + 0.9 * vs[1] - 0.5), 0.5 * (2 + 0.9 * 3.0 - 1.5)], rtol=1e-6)
+    np.testing.assert_allclose(qs, [1 + 0.9 * vs[1], 2 + 0.9 * 3.0], rtol=1e-6)
 
 
 def test_vtrace_matches_the_papers_sum_on_random_sessions():
@@ -313,6 +313,27 @@ def test_train_step_runs_on_uint8_sessions_and_changes_the_params(tmp_path):
     after = exp.get_params()
     assert any(not np.array_equal(before[k], after[k]) for k in before)
     assert all(v.dtype == before[k].dtype and v.shape == before[k].shape for k, v in after.items())
+    db.close()
+
+
+@pytest.mark.parametrize(
+    "options", [{}, {"clip": 0.0}, {"clip": 0.0, "vtrace": False, "normalize_advantages": False}], ids=str
+)
+def test_every_policy_loss_trains(tmp_path, options):
+    """APPO's clipped surrogate (default), IMPALA's weighted policy gradient, and plain A2C (no correction)."""
+    import atari
+
+    db = connect(f"sqlite:///{tmp_path / 'l.db'}", "l")
+    exp = atari.make_experiment(db, atari.Args(max_episode_steps=9, **options))
+    play(exp, db, batch_size=2, sessions=2, seed=0)
+    exp.prepare_training()
+    batch = exp.sample(db, 4)
+    batch["outputs.logp"] = batch["outputs.logp"] - 0.5  # the players' policy liked these actions less: lag
+    before = exp.get_params()
+    metrics = exp.train_step(batch)
+    assert all(np.isfinite(v) for v in metrics.values())
+    assert metrics["rho_mean"] == pytest.approx(np.exp(0.5), rel=1e-3) and metrics["rho_clipped"] == 1.0
+    assert any(not np.array_equal(before[k], v) for k, v in exp.get_params().items())
     db.close()
 
 
