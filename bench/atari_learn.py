@@ -3,6 +3,7 @@
     python bench/atari_learn.py                                   # both, one after the other (~90 min)
     python bench/atari_learn.py --systems tinyverse --minutes 45  # one system
     python bench/atari_learn.py --systems tinyverse --players 2 --set max_reuse=1
+    python bench/atari_learn.py --systems tinyverse --sync-every 20 --set vtrace=false   # lag, uncorrected
     python bench/atari_learn.py --report bench/results/atari-learn-2cores.jsonl --plot pong.png
     python bench/atari_learn.py --profile                         # where a trainer update's time goes
 
@@ -61,18 +62,28 @@ def last_mean(episodes: list[tuple[float, float]]) -> float | None:
     return float(np.mean([r for _, r in episodes[-WINDOW:]])) if len(episodes) >= WINDOW else None
 
 
-def run_tinyverse(minutes: float, players: int, options: list[str], workdir: Path) -> list[tuple[float, float]]:
+def run_tinyverse(
+    minutes: float, players: int, options: list[str], workdir: Path, sync_every: int = 1
+) -> list[tuple[float, float]]:
+    """``atari.py run``, or with ``sync_every`` > 1 a trainer and players started one by one (``play -s``)."""
     from tinyverse.database import connect
 
     url = f"sqlite:///{workdir / 'pong.db'}"
     sets = [x for o in options for x in ("--set", o)]
-    argv = [sys.executable, "-m", "tinyverse", str(ROOT / "examples" / "atari.py"), "run", "--db", url]
-    argv += ["--players", str(players), "--eval-episodes", "0", "-q", *sets]
+    base = [sys.executable, "-m", "tinyverse", str(ROOT / "examples" / "atari.py")]
+    if sync_every == 1:
+        argvs = [[*base, "run", "--db", url, "--players", str(players), "--eval-episodes", "0", "-q", *sets]]
+    else:  # the trainer first, so that it stores the options the players adopt
+        argvs = [[*base, "train", "--db", url, "-q", *sets]]
+        argvs += [[*base, "play", "--db", url, "-s", str(sync_every), "-q", *sets] for _ in range(players)]
     start = time.time()
-    proc = subprocess.Popen(argv, cwd=workdir)
+    procs = []
+    for argv in argvs:
+        procs.append(subprocess.Popen(argv, cwd=workdir))
+        time.sleep(3 if len(argvs) > 1 else 0)
     db, episodes, shown = None, [], 0.0
     try:
-        while proc.poll() is None and time.time() - start < minutes * 60:
+        while all(p.poll() is None for p in procs) and time.time() - start < minutes * 60:
             time.sleep(10)
             db = db or (connect(url, "atari") if (workdir / "pong.db").exists() else None)
             if db is None:
@@ -90,12 +101,14 @@ def run_tinyverse(minutes: float, players: int, options: list[str], workdir: Pat
             if reached(episodes)[f"{THRESHOLDS[-1]:g}"] is not None:
                 break
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)  # a warm stop: run stops its workers and keeps the params
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)  # a warm stop: workers finish their step, the trainer publishes
+        for p in procs:
             try:
-                proc.wait(60)
+                p.wait(60)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                p.kill()
         if db is not None:
             db.close()
     return episodes
@@ -252,6 +265,7 @@ def main():
     parser.add_argument("--systems", default="tinyverse,sb3", help="comma-separated: tinyverse, sb3")
     parser.add_argument("--minutes", type=float, default=45.0, help="wall-time budget of each run")
     parser.add_argument("--players", type=int, default=1, help="tinyverse player processes")
+    parser.add_argument("--sync-every", type=int, default=1, help="players look for new params every N rounds")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="options of atari.py")
     parser.add_argument("--label", default="", help="a name for this configuration in the tables")
     parser.add_argument("--out", default=f"atari-learn-{date.today().isoformat()}.jsonl", help="rows (JSON lines)")
@@ -275,8 +289,8 @@ def main():
         extra = {"label": args.label}
         if system == "tinyverse":
             with tempfile.TemporaryDirectory() as tmp:
-                episodes = run_tinyverse(args.minutes, args.players, args.set, Path(tmp))
-            extra |= {"players": args.players, "options": args.set}
+                episodes = run_tinyverse(args.minutes, args.players, args.set, Path(tmp), args.sync_every)
+            extra |= {"players": args.players, "options": args.set, "sync_every": args.sync_every}
         elif system == "sb3":
             episodes = run_sb3(args.minutes)
         else:
