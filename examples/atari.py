@@ -98,10 +98,16 @@ class Args:
     """clip of the importance weights in the policy gradient and the TD errors"""
     c_bar: float = 1.0
     """clip of the importance weights that carry TD errors back in time"""
+    lam: float = 0.95
+    """how far value targets look ahead: V-trace's lambda (1: to the session's end; 0.95 as PPO's GAE)"""
     clip: float = 0.1
     """> 0: PPO's clipped surrogate (ratio to the player's policy within 1 +- clip) on V-trace's advantages"""
     normalize_advantages: bool = True
     """scale each batch's advantages to mean 0, std 1 (as PPO does)"""
+    session_length: int = 25
+    """ticks a player records per session (the original project's 25)"""
+    batch_ticks: int = 200
+    """ticks an update trains on: train_batch_size = batch_ticks / session_length sessions (train -b overrides)"""
     recent_sessions: int = 64
     """the trainer samples among the newest sessions only"""
     max_reuse: float = 4.0
@@ -154,6 +160,7 @@ def vtrace(
     gamma: float,
     rho_bar: float = 1.0,
     c_bar: float = 1.0,
+    lam: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """V-trace value targets ``vs`` and the Q estimates ``qs`` the policy gradient uses, for (B, T) sessions.
 
@@ -164,10 +171,10 @@ def vtrace(
     bootstrapped from ``next_values``. ``qs[:, t]`` = r_t + gamma v_t+1 (IMPALA's
     advantage is the clipped weight times ``qs - values``). With equal
     log-probabilities (no lag) ``vs`` are the n-step returns to the session's
-    (or the episode's) end.
+    (or the episode's) end, or with ``lam`` < 1 the lambda-returns (GAE's targets).
     """
     ratios = (target_logp - behaviour_logp).exp()
-    rho, c = ratios.clamp(max=rho_bar), ratios.clamp(max=c_bar)
+    rho, c = ratios.clamp(max=rho_bar), lam * ratios.clamp(max=c_bar)
     deltas = rho * (rewards + gamma * next_values - values)
     carry = gamma * c * (~ended)  # how much of the next tick's correction flows back to this one
     corrections = torch.zeros_like(deltas)
@@ -182,10 +189,8 @@ def vtrace(
 
 
 class Atari(tinyverse.Experiment):
-    session_length = 25  # as in the original project
     buffer_size = 2000  # sessions (50k frames): the trainer reads the newest `recent_sessions` only
     play_batch_size = 8  # environments a player runs at once: one forward for all of them
-    train_batch_size = 8  # sessions: 200 ticks an update
     learning_starts = 0  # the trainer starts at its first batch
     save_every = 10  # updates between publications: players act with params at most ~1 s old
 
@@ -198,6 +203,8 @@ class Atari(tinyverse.Experiment):
         self.net = ActorCritic(a.net, a.window, a.size, int(env.action_space.n))
         env.close()
         self.device = torch.device("cpu")  # players act on the CPU; prepare_training picks the trainer's
+        self.session_length = a.session_length
+        self.train_batch_size = max(1, round(a.batch_ticks / a.session_length))
         self.updates_per_step = a.max_reuse / (self.train_batch_size * self.session_length)
         self.pace_slack = a.recent_sessions * self.session_length // 2  # players never outrun what is sampled
 
@@ -294,7 +301,9 @@ class Atari(tinyverse.Experiment):
             recorded, target = torch.from_numpy(batch["outputs.logp"]).to(d), logp.detach()
             ratios = (target - recorded).exp()  # what V-trace weighs ticks by (measured when it is off too)
             behaviour = recorded if a.vtrace else target  # off: as if the data were on-policy (plain A2C)
-            vs, qs = vtrace(behaviour, target, rewards, values[:, :T], next_values, ended, a.gamma, a.rho_bar, a.c_bar)
+            vs, qs = vtrace(
+                behaviour, target, rewards, values[:, :T], next_values, ended, a.gamma, a.rho_bar, a.c_bar, a.lam
+            )
             advantages = qs - values[:, :T]
             if a.normalize_advantages:
                 advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)

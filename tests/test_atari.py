@@ -228,11 +228,11 @@ def test_trainer_rebuilds_every_window_the_player_acted_on(tmp_path, monkeypatch
 
 
 # -- V-trace ----------------------------------------------------------------------------------------------------------
-def vtrace_of(behaviour, target, rewards, values, next_values, ended, gamma, rho_bar=1.0, c_bar=1.0):
+def vtrace_of(behaviour, target, rewards, values, next_values, ended, gamma, rho_bar=1.0, c_bar=1.0, lam=1.0):
     import atari
 
     t = (torch.tensor(np.asarray(x)[None]) for x in (behaviour, target, rewards, values, next_values, ended))
-    vs, qs = atari.vtrace(*t, gamma, rho_bar, c_bar)
+    vs, qs = atari.vtrace(*t, gamma, rho_bar, c_bar, lam)
     return vs[0].numpy(), qs[0].numpy()
 
 
@@ -245,6 +245,17 @@ def test_vtrace_without_lag_is_the_n_step_return_to_the_sessions_end():
     np.testing.assert_allclose(vs, [1 + 0.25 * 2 + 0.125 * 4, 0 + 0.5 * 2 + 0.25 * 4, 2 + 0.5 * 4], rtol=1e-6)
     # the policy gradient's Q estimates: r_s + g v_s+1, with v_3 = V(x_3)
     np.testing.assert_allclose(qs, [1 + 0.5 * vs[1], 0 + 0.5 * vs[2], 2 + 0.5 * 4], rtol=1e-6)
+
+
+def test_vtrace_with_lambda_is_the_lambda_return():
+    # no lag, lambda 0.5: v_s = r_s + g ((1 - l) V(x_s+1) + l v_s+1), bootstrapped with V(x_T) at the end
+    gamma, lam, rewards, values, next_values = 0.5, 0.5, [1.0, 0.0, 2.0], [0.3, -0.2, 0.7], [-0.2, 0.7, 4.0]
+    logp = np.log([0.2, 0.5, 0.9])
+    vs, _ = vtrace_of(logp, logp, rewards, values, next_values, [False] * 3, gamma, lam=lam)
+    v2 = 2 + 0.5 * 4
+    v1 = 0 + 0.5 * (0.5 * 0.7 + 0.5 * v2)
+    v0 = 1 + 0.5 * (0.5 * -0.2 + 0.5 * v1)
+    np.testing.assert_allclose(vs, [v0, v1, v2], rtol=1e-6)
 
 
 def test_vtrace_cuts_at_terminations_and_bootstraps_truncations():
