@@ -284,9 +284,10 @@ def main():
         if args.plot:
             plot(rows, args.plot)
         return
+    at = commit()  # the tree that runs, whatever is committed meanwhile
     for system in args.systems.split(","):
         print(f"{system}: up to {args.minutes:g} minutes", flush=True)
-        extra = {"label": args.label}
+        extra = {"label": args.label, "commit": at}
         if system == "tinyverse":
             with tempfile.TemporaryDirectory() as tmp:
                 episodes = run_tinyverse(args.minutes, args.players, args.set, Path(tmp), args.sync_every)
