@@ -106,8 +106,8 @@ class Args:
     """clip of the importance weights in the policy gradient and the TD errors"""
     c_bar: float = 1.0
     """clip of the importance weights that carry TD errors back in time"""
-    lam: float = 0.95
-    """how far value targets look ahead: V-trace's lambda (1: to the session's end; 0.95 as PPO's GAE)"""
+    lam: float = 1.0
+    """how far value targets look ahead: V-trace's lambda (1: to the session's end; 0.95: PPO's GAE)"""
     clip: float = 0.1
     """> 0: PPO's clipped surrogate (ratio to the player's policy within 1 +- clip) on V-trace's advantages"""
     normalize_advantages: bool = True
