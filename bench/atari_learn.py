@@ -129,6 +129,8 @@ def run_sb3(minutes: float) -> list[tuple[float, float]]:
                     flush=True,
                 )
                 shown = time.time()
+    if proc.returncode:
+        raise SystemExit(f"the SB3 run failed (exit {proc.returncode}): see its error above; nothing was recorded")
     return episodes
 
 
