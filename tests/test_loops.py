@@ -435,16 +435,17 @@ def test_per_tick_outputs_of_act_are_stored_with_the_sessions(db):
 
 
 @pytest.mark.parametrize(
-    "outputs, problem",
+    "extra, problem",
     [
-        (lambda a: {"logp": np.zeros(len(a) + 1)}, "outputs.logp of shape (3,): outputs are batched, (2, ...)"),
-        (lambda a: [a], "outputs is one dict of arrays"),
+        (lambda a: ({"logp": np.zeros(len(a) + 1)},), "outputs.logp of shape (3,): outputs are batched, (2, ...)"),
+        (lambda a: ([a],), "act returned outputs of type list: outputs are a dict of arrays"),
+        (lambda a: ({}, {}), "act returned 4 items: return (actions, memory[, outputs])"),
     ],
 )
-def test_outputs_of_the_wrong_kind_are_one_clear_error(db, outputs, problem):
+def test_outputs_of_the_wrong_kind_are_one_clear_error(db, extra, problem):
     exp = FakeExperiment(db)
     act = exp.act
-    exp.act = lambda o, m, greedy=False: (*act(o, m, greedy), outputs(o))
+    exp.act = lambda o, m, greedy=False: (*act(o, m, greedy), *extra(o))
     with pytest.raises(TinyverseError, match=re.escape(problem)):
         play(exp, db, batch_size=2, sessions=1)
     assert db.count_sessions() == (0, 0), "nothing was stored"

@@ -135,8 +135,10 @@ def _differ(stored: list, mine: list) -> str:
 def _outputs(extra: list, B: int) -> dict[str, np.ndarray]:
     """The per-tick outputs ``act`` returned as a third item, named ``outputs.<name>``, checked."""
     outputs = extra[0] if extra else {}
-    if len(extra) > 1 or not isinstance(outputs, dict):
-        raise TinyverseError("act returned more than (actions, memory[, outputs]): outputs is one dict of arrays")
+    if len(extra) > 1:
+        raise TinyverseError(f"act returned {2 + len(extra)} items: return (actions, memory[, outputs])")
+    if not isinstance(outputs, dict):
+        raise TinyverseError(f"act returned outputs of type {type(outputs).__name__}: outputs are a dict of arrays")
     named = {f"outputs.{k}": np.asarray(v) for k, v in outputs.items()}
     for name, v in named.items():
         if v.shape[:1] != (B,):
