@@ -62,6 +62,16 @@ def last_mean(episodes: list[tuple[float, float]]) -> float | None:
     return float(np.mean([r for _, r in episodes[-WINDOW:]])) if len(episodes) >= WINDOW else None
 
 
+def progress(system: str, start: float, episodes: list[tuple[float, float]], shown: float) -> float:
+    """Print the run's progress if a minute has passed since ``shown``; returns when it last printed."""
+    if time.time() - shown < 60:
+        return shown
+    mean = last_mean(episodes)
+    minutes, text = (time.time() - start) / 60, "-" if mean is None else f"{mean:.1f}"
+    print(f"  {system} {minutes:5.1f} min: {len(episodes)} episodes, last-{WINDOW} mean {text}", flush=True)
+    return time.time()
+
+
 def run_tinyverse(
     minutes: float, players: int, options: list[str], workdir: Path, sync_every: int = 1
 ) -> list[tuple[float, float]]:
@@ -90,14 +100,7 @@ def run_tinyverse(
                 continue
             episodes = [((m["time"] - start) / 60, m["return"]) for m in db.metrics("episodes", 10**6)]
             episodes.sort()
-            if time.time() - shown > 60:
-                mean = last_mean(episodes)
-                print(
-                    f"  tinyverse {(time.time() - start) / 60:5.1f} min: {len(episodes)} episodes, "
-                    f"last-{WINDOW} mean {'-' if mean is None else f'{mean:.1f}'}",
-                    flush=True,
-                )
-                shown = time.time()
+            shown = progress("tinyverse", start, episodes, shown)
             if reached(episodes)[f"{THRESHOLDS[-1]:g}"] is not None:
                 break
     finally:
@@ -121,14 +124,7 @@ def run_sb3(minutes: float) -> list[tuple[float, float]]:
         for line in proc.stdout:
             row = json.loads(line)
             episodes.append(((row["time"] - start) / 60, row["return"]))
-            if time.time() - shown > 60:
-                mean = last_mean(episodes)
-                print(
-                    f"  sb3 {(time.time() - start) / 60:5.1f} min: {len(episodes)} episodes, "
-                    f"last-{WINDOW} mean {'-' if mean is None else f'{mean:.1f}'}",
-                    flush=True,
-                )
-                shown = time.time()
+            shown = progress("sb3", start, episodes, shown)
     if proc.returncode:
         raise SystemExit(f"the SB3 run failed (exit {proc.returncode}): see its error above; nothing was recorded")
     return episodes

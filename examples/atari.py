@@ -274,22 +274,23 @@ class Atari(tinyverse.Experiment):
             batch["policy_lag"] = (db.params_version() or 0) - batch["version"]
         return batch
 
-    def windows(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every tick's window (B, T+1, K, H, W) uint8 on the device, and the frame sequence they index."""
+    def windows(self, batch) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+        """Every tick's window (B, T+1, K, H, W) uint8 on the device, the frame sequence they index, and
+        where each tick's final window lies in it (``wrappers.window_indices``)."""
         d, k = self.device, self.args.window
-        idx, self.final_idx = window_indices(batch["terminated"], batch["truncated"], k)
+        idx, final_idx = window_indices(batch["terminated"], batch["truncated"], k)
         obs = torch.from_numpy(batch["observations"]).to(d)
         # every frame of the session once: [zero, memory, observations, finals]
         parts = [torch.zeros_like(obs[:, :1]), torch.from_numpy(batch["memory.frames"]).to(d), obs]
         seq = torch.cat([*parts, torch.from_numpy(batch["final_observations"]).to(d)], dim=1)
         rows = torch.arange(len(idx), device=d)[:, None, None]
-        return seq[rows, torch.from_numpy(idx).to(d)], seq
+        return seq[rows, torch.from_numpy(idx).to(d)], seq, final_idx
 
     def train_step(self, batch):
         a, d = self.args, self.device
         B, T = batch["rewards"].shape
         terminated, truncated = batch["terminated"], batch["truncated"]
-        windows, seq = self.windows(batch)
+        windows, seq, final_idx = self.windows(batch)
         logits, values = self.net(windows.flatten(0, 1))
         logits, values = logits.view(B, T + 1, -1)[:, :T], values.view(B, T + 1)
         logp_all = logits.log_softmax(-1)
@@ -300,7 +301,7 @@ class Atari(tinyverse.Experiment):
             next_values = values[:, 1:].clone()  # after an episode end this is the next episode's start...
             b, t = np.nonzero(truncated & ~terminated)
             if len(b):  # ...so a truncated episode bootstraps from its own final window
-                final = seq[torch.from_numpy(b).to(d)[:, None], torch.from_numpy(self.final_idx[b, t]).to(d)]
+                final = seq[torch.from_numpy(b).to(d)[:, None], torch.from_numpy(final_idx[b, t]).to(d)]
                 next_values[torch.from_numpy(b).to(d), torch.from_numpy(t).to(d)] = self.net(final)[1]
             next_values[torch.from_numpy(terminated).to(d)] = 0.0  # and a terminated one does not
             rewards = torch.from_numpy(batch["rewards"]).to(d)
