@@ -3,7 +3,8 @@
     python bench/atari_learn.py                                   # both, one after the other (~90 min)
     python bench/atari_learn.py --systems tinyverse --minutes 45  # one system
     python bench/atari_learn.py --systems tinyverse --players 2 --set max_reuse=1
-    python bench/atari_learn.py --systems tinyverse --sync-every 20 --set vtrace=false   # lag, uncorrected
+    python bench/atari_learn.py --systems tinyverse --sync-every 20 --set vtrace=false --set clip=0  # lag, plain A2C
+    python bench/atari_learn.py --report lag.jsonl --plot lag.png --by-steps   # curves against agent steps
     python bench/atari_learn.py --report bench/results/atari-learn-2cores.jsonl --plot pong.png
     python bench/atari_learn.py --profile                         # where a trainer update's time goes
 
@@ -20,8 +21,15 @@ spawns the system's process, so imports and start-up count. A run ends at 0 or a
   clip 0.1 both decayed linearly over 10M steps, ent 0.01, vf 0.5) on ``PongNoFrameskip-v4`` with
   SB3's Atari wrappers and 4 stacked frames, seed 0, in a subprocess with torch's default threads.
 
-Rows go to ``--out`` (JSON lines): every episode as ``{"system", "minutes", "return"}`` and one summary
-per run. Runs are sequential: the two systems must not share this machine's cores.
+Rows go to ``--out`` (JSON lines): every episode as ``{"system", "minutes", "return"}`` (tinyverse's also
+with ``steps``, agent steps played by then) and one summary per run; tinyverse's summary adds the
+trainer's mean ``policy_lag`` (params versions between acting and training), ``rho_mean`` and
+``rho_clipped`` (importance weights). Runs are sequential: the two systems must not share this
+machine's cores.
+
+The lag benchmark: ``--sync-every 20`` starts a trainer and players that look for new params only
+every 20 rounds (also while they wait for the trainer), so they act with params many updates old;
+``--set vtrace=false --set clip=0`` trains with plain A2C, which has no correction for that lag.
 """
 
 import argparse
@@ -48,21 +56,21 @@ def commit() -> str:
     return out.stdout.strip() or "unknown"
 
 
-def reached(episodes: list[tuple[float, float]]) -> dict[str, float | None]:
-    """Minutes at which the last-WINDOW mean first reaches each threshold (None: never)."""
-    returns, out = np.array([r for _, r in episodes]), {}
+def reached(episodes: list[tuple], x: int = 0) -> dict[str, float | None]:
+    """Minutes (``x`` 0; steps: 2) at which the last-WINDOW mean first reaches each threshold (None: never)."""
+    returns, out = np.array([e[1] for e in episodes]), {}
     means = np.convolve(returns, np.ones(WINDOW) / WINDOW, "valid") if len(returns) >= WINDOW else np.array([])
     for threshold in THRESHOLDS:
         hit = np.nonzero(means >= threshold)[0]
-        out[f"{threshold:g}"] = round(episodes[hit[0] + WINDOW - 1][0], 2) if len(hit) else None
+        out[f"{threshold:g}"] = round(episodes[hit[0] + WINDOW - 1][x], 2) if len(hit) else None
     return out
 
 
-def last_mean(episodes: list[tuple[float, float]]) -> float | None:
-    return float(np.mean([r for _, r in episodes[-WINDOW:]])) if len(episodes) >= WINDOW else None
+def last_mean(episodes: list[tuple]) -> float | None:
+    return float(np.mean([e[1] for e in episodes[-WINDOW:]])) if len(episodes) >= WINDOW else None
 
 
-def progress(system: str, start: float, episodes: list[tuple[float, float]], shown: float) -> float:
+def progress(system: str, start: float, episodes: list[tuple], shown: float) -> float:
     """Print the run's progress if a minute has passed since ``shown``; returns when it last printed."""
     if time.time() - shown < 60:
         return shown
@@ -74,8 +82,10 @@ def progress(system: str, start: float, episodes: list[tuple[float, float]], sho
 
 def run_tinyverse(
     minutes: float, players: int, options: list[str], workdir: Path, sync_every: int = 1
-) -> list[tuple[float, float]]:
-    """``atari.py run``, or with ``sync_every`` > 1 a trainer and players started one by one (``play -s``)."""
+) -> tuple[list[tuple[float, float, int]], dict]:
+    """``atari.py run``, or with ``sync_every`` > 1 a trainer and players started one by one (``play -s``).
+
+    Returns the episodes (minutes, return, agent steps) and the trainer's mean lag metrics."""
     from tinyverse.database import connect
 
     url = f"sqlite:///{workdir / 'pong.db'}"
@@ -91,14 +101,14 @@ def run_tinyverse(
     for argv in argvs:
         procs.append(subprocess.Popen(argv, cwd=workdir))
         time.sleep(3 if len(argvs) > 1 else 0)
-    db, episodes, shown = None, [], 0.0
+    db, episodes, shown, lag = None, [], 0.0, {}
     try:
         while all(p.poll() is None for p in procs) and time.time() - start < minutes * 60:
             time.sleep(10)
             db = db or (connect(url, "atari") if (workdir / "pong.db").exists() else None)
             if db is None:
                 continue
-            episodes = [((m["time"] - start) / 60, m["return"]) for m in db.metrics("episodes", 10**6)]
+            episodes = [((m["time"] - start) / 60, m["return"], m["steps"]) for m in db.metrics("episodes", 10**6)]
             episodes.sort()
             shown = progress("tinyverse", start, episodes, shown)
             if reached(episodes)[f"{THRESHOLDS[-1]:g}"] is not None:
@@ -113,17 +123,21 @@ def run_tinyverse(
             except subprocess.TimeoutExpired:
                 p.kill()
         if db is not None:
+            train = db.metrics("train", 10**6)
+            for k in ("policy_lag", "rho_mean", "rho_clipped"):
+                if values := [m[k] for m in train if k in m]:
+                    lag[k] = round(float(np.mean(values)), 3)
             db.close()
-    return episodes
+    return episodes, lag
 
 
-def run_sb3(minutes: float) -> list[tuple[float, float]]:
+def run_sb3(minutes: float) -> list[tuple]:
     argv = [sys.executable, __file__, "--sb3-worker", "--minutes", str(minutes)]
     start, episodes, shown = time.time(), [], 0.0
     with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as proc:
         for line in proc.stdout:
             row = json.loads(line)
-            episodes.append(((row["time"] - start) / 60, row["return"]))
+            episodes.append(((row["time"] - start) / 60, row["return"], None))
             shown = progress("sb3", start, episodes, shown)
     if proc.returncode:
         raise SystemExit(f"the SB3 run failed (exit {proc.returncode}): see its error above; nothing was recorded")
@@ -196,7 +210,7 @@ def profile(batch_size: int, updates: int) -> None:
         db.close()
 
 
-def summary(system: str, episodes: list[tuple[float, float]], minutes: float, extra: dict) -> dict:
+def summary(system: str, episodes: list[tuple], minutes: float, extra: dict) -> dict:
     return {
         "kind": "summary",
         "system": system,
@@ -206,6 +220,7 @@ def summary(system: str, episodes: list[tuple[float, float]], minutes: float, ex
         "budget_minutes": minutes,
         "episodes": len(episodes),
         "minutes_to": reached(episodes),
+        **({"steps_to": reached(episodes, 2), "steps": episodes[-1][2]} if episodes and episodes[-1][2] else {}),
         "final_mean": last_mean(episodes),
         **extra,
     }
@@ -222,6 +237,10 @@ def report(rows: list[dict]) -> None:
         )
         final = "-" if r["final_mean"] is None else f"{r['final_mean']:.1f}"
         print(f"{label:<34}{cells}{final:>11}{r['episodes']:>10}")
+        if "steps_to" in r:
+            steps = ", ".join(f"{t:g}: {r['steps_to'][f'{t:g}'] or '-'}" for t in THRESHOLDS)
+            lag = ", ".join(f"{k} {r[k]}" for k in ("policy_lag", "rho_mean", "rho_clipped") if k in r)
+            print(f"{'':<4}agent steps to {steps} (of {r['steps']:,}); sync every {r.get('sync_every', 1)}; {lag}")
     base = next((r for r in runs if r["system"] == "sb3"), None)
     for r in runs:
         if r["system"] != "sb3" and base:
@@ -235,7 +254,7 @@ def report(rows: list[dict]) -> None:
             )
 
 
-def plot(rows: list[dict], path: str) -> None:
+def plot(rows: list[dict], path: str, by_steps: bool = False) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -243,15 +262,17 @@ def plot(rows: list[dict], path: str) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for run in sorted({(r["system"], r.get("label", "")) for r in rows if r.get("kind") == "episode"}):
-        eps = [(r["minutes"], r["return"]) for r in rows if (r.get("kind"), r["system"], r.get("label", "")) ==
-               ("episode", *run)]  # fmt: skip
+        eps = [(r["steps"] if by_steps else r["minutes"], r["return"]) for r in rows
+               if (r.get("kind"), r["system"], r.get("label", "")) == ("episode", *run) and (r.get("steps") or
+               not by_steps)]  # fmt: skip
         if len(eps) >= WINDOW:
             t = [m for m, _ in eps][WINDOW - 1 :]
             mean = np.convolve([x for _, x in eps], np.ones(WINDOW) / WINDOW, "valid")
             ax.plot(t, mean, label=" ".join(x for x in run if x))
     for t in THRESHOLDS:
         ax.axhline(t, color="grey", lw=0.5, ls=":")
-    ax.set(xlabel="wall time (minutes)", ylabel=f"mean return, last {WINDOW} episodes", title="Pong, 2 cores")
+    xlabel = "agent steps" if by_steps else "wall time (minutes)"
+    ax.set(xlabel=xlabel, ylabel=f"mean return, last {WINDOW} episodes", title="Pong, 2 cores")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -269,6 +290,7 @@ def main():
     parser.add_argument("--out", default=f"atari-learn-{date.today().isoformat()}.jsonl", help="rows (JSON lines)")
     parser.add_argument("--report", help="print the tables of a rows file instead of running")
     parser.add_argument("--plot", help="draw the curves of --report's file (or of this run) into a PNG")
+    parser.add_argument("--by-steps", action="store_true", help="plot against agent steps, not wall time")
     parser.add_argument("--profile", action="store_true", help="time the trainer's update per torso instead")
     parser.add_argument("--sb3-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -280,7 +302,7 @@ def main():
         rows = [json.loads(line) for line in Path(args.report).read_text().splitlines() if line.strip()]
         report(rows)
         if args.plot:
-            plot(rows, args.plot)
+            plot(rows, args.plot, args.by_steps)
         return
     at = commit()  # the tree that runs, whatever is committed meanwhile
     for system in args.systems.split(","):
@@ -288,14 +310,14 @@ def main():
         extra = {"label": args.label, "commit": at}
         if system == "tinyverse":
             with tempfile.TemporaryDirectory() as tmp:
-                episodes = run_tinyverse(args.minutes, args.players, args.set, Path(tmp), args.sync_every)
-            extra |= {"players": args.players, "options": args.set, "sync_every": args.sync_every}
+                episodes, lag = run_tinyverse(args.minutes, args.players, args.set, Path(tmp), args.sync_every)
+            extra |= {"players": args.players, "options": args.set, "sync_every": args.sync_every, **lag}
         elif system == "sb3":
             episodes = run_sb3(args.minutes)
         else:
             parser.error(f"unknown system {system!r}: tinyverse or sb3")
-        rows = [{"kind": "episode", "system": system, "label": args.label, "minutes": round(m, 3), "return": r}
-                for m, r in episodes]  # fmt: skip
+        rows = [{"kind": "episode", "system": system, "label": args.label, "minutes": round(m, 3), "return": r,
+                 **({"steps": n} if n else {})} for m, r, n in episodes]  # fmt: skip
         rows.append(summary(system, episodes, args.minutes, extra))
         with open(args.out, "a") as f:
             f.writelines(json.dumps(r) + "\n" for r in rows)
@@ -303,7 +325,7 @@ def main():
     rows = [json.loads(line) for line in Path(args.out).read_text().splitlines() if line.strip()]
     report(rows)
     if args.plot:
-        plot(rows, args.plot)
+        plot(rows, args.plot, args.by_steps)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,9 @@ APPO. The clip lets the trainer use every tick ``max_reuse`` = 4 times, as PPO
 uses a rollout for 4 epochs: on Pong, IMPALA's own loss (``--set clip=0``,
 each tick used twice) was still at -20.6 after 21 minutes on 2 cores, where
 this one had reached -15 after 31 (``bench/atari_learn.py``).
-``--set vtrace=false`` drops the correction (plain A2C on lagged data).
+``--set vtrace=false`` drops V-trace (value targets and advantages as if the
+data were on-policy), and with ``--set clip=0`` too nothing corrects for the
+lag: plain A2C on lagged data.
 
 The game settings are those of ``PongNoFrameskip-v4`` with Stable-Baselines3's
 Atari wrappers, on which the measured figures are: no sticky actions

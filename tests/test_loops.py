@@ -379,6 +379,22 @@ def test_a_waiting_player_follows_new_params_and_says_so(db):
         joined(thread, outcome)
 
 
+def test_a_waiting_player_told_to_sync_every_few_rounds_keeps_its_params(db):
+    # --sync-every S > 1 means what it says even while the player waits: its lag may grow (the lag benchmark)
+    exp = FakeExperiment(db, updates_per_step=1, learning_starts=0, pace_slack=8)
+    thread, outcome = in_thread(lambda: play(exp, db, batch_size=2, sync_every=50))
+    try:
+        wait_until_value(lambda: player_waiting(db), "the player to wait for the trainers")
+        db.save_params({"w": np.full((4, 2), 2.0, np.float32), "updates": np.array([1])})
+        wait_until(lambda: db.params_version() is not None, "the params to be stored")
+        time.sleep(0.5)  # 25 polls of the waiting loop
+        assert exp.loads == 0 and not np.array_equal(exp.w, np.full((4, 2), 2.0))
+    finally:
+        for w in db.workers():
+            db.request_stop(w["id"])
+        joined(thread, outcome)
+
+
 def player_waiting(db) -> dict | None:
     return next((w for w in db.workers() if w["role"] == "player" and w.get("waiting")), None)
 

@@ -37,7 +37,8 @@ def play(
 
     Runs ``sessions`` rounds (for ever if None), checks the params version
     every ``sync_every`` rounds, seeds random-init params when none are stored,
-    and waits before a round while it is ahead of the trainers (:class:`Pace`).
+    and waits before a round while it is ahead of the trainers (:class:`Pace`);
+    with ``sync_every`` 1 it keeps loading the newest params while it waits.
     ``buffer_size`` changes the capacity of the database. Returns the number of
     sessions stored.
     """
@@ -65,7 +66,7 @@ def play(
             for rnd in range(sessions) if sessions is not None else itertools.count():
                 if rnd % sync_every == 0 and rnd:
                     version = sync_params(exp, db, version, reseed=True)
-                if not worker.wait(flag, pace.player_waits, follow):
+                if not worker.wait(flag, pace.player_waits, follow if sync_every == 1 else None):
                     break
                 rec, finished = _round(obs, memory, T), []
                 for t in range(T):
