@@ -71,6 +71,7 @@ class Args:
 
 
 class CartPoleDQN(tinyverse.Experiment):
+    local_params = ("target.*",)  # with several trainers each keeps its own target net
     session_length = 32
     buffer_size = 2500  # sessions: 80k transitions
     play_batch_size = 1  # play -b / run -b default

@@ -74,6 +74,7 @@ def backward(p: dict, inputs: list[np.ndarray], grad: np.ndarray) -> dict[str, n
 
 
 class CartPoleNumPy(tinyverse.Experiment):
+    local_params = ("target.*",)  # with several trainers each keeps its own target net
     session_length = 16
     buffer_size = 5000  # sessions: 80k transitions
     play_batch_size = 1  # play -b / run -b default

@@ -329,6 +329,8 @@ class QNet(nn.Module):
 
 
 class DQN(tinyverse.Experiment):
+    local_params = ("target.*",)  # with several trainers each keeps its own target net
+
     def __init__(self, db=None, args: Args | None = None):
         super().__init__(db)
         self.args = a = args or Args()
@@ -348,7 +350,8 @@ class DQN(tinyverse.Experiment):
         self.q = QNet(n_obs, self.n_act, a.hidden, a.dueling)
         self.target = QNet(n_obs, self.n_act, a.hidden, a.dueling)
         self.target.load_state_dict(self.q.state_dict())
-        self.updates = 0  # trainer updates so far, shared through params
+        self.updates = 0  # trainer updates so far (all trainers': params merge it), shared through params
+        self.since_target = 0  # this trainer's updates since it refreshed its own target net
         self.rng = np.random.default_rng()
         self.per: PrioritizedReplay | None = None
         index, count = os.environ.get("TINYVERSE_WORKER_INDEX"), os.environ.get("TINYVERSE_WORKER_COUNT")
@@ -440,9 +443,10 @@ class DQN(tinyverse.Experiment):
         loss.backward()
         nn.utils.clip_grad_norm_(self.q.parameters(), a.max_grad_norm)
         self.optimizer.step()
-        self.updates += 1
-        if self.updates % a.target_every == 0:
+        self.updates, self.since_target = self.updates + 1, self.since_target + 1
+        if self.since_target >= a.target_every:
             self.target.load_state_dict(self.q.state_dict())
+            self.since_target = 0
         if self.per is not None and "id" in batch:
             td = (target - q).detach().abs().view(B, T).numpy()
             self.per.update(batch["id"], a.per_eta * td.max(1) + (1 - a.per_eta) * td.mean(1) + a.per_eps)

@@ -670,6 +670,16 @@ class TestParams:
         version, params = db.load_params()
         assert version == 1 and int(params["steps"]) == 7
 
+    def test_expect_writes_only_over_that_version(self, db):
+        assert db.save_params(params_of(1), expect=3) is None  # none stored: version 0 is expected
+        assert db.params_version() is None
+        assert db.save_params(params_of(1), expect=0) == 1
+        assert db.save_params(params_of(2), expect=0) is None  # lost the race: nothing written
+        assert db.save_params(params_of(3), expect=1) == 2
+        assert db.save_params(params_of(4), expect=2, min_version=9) == 9
+        version, params = db.load_params()
+        assert version == 9 and int(params["steps"]) == 4
+
     def test_load_returns_exactly_what_was_saved(self, db):
         rng = np.random.default_rng(3)
         saved = {

@@ -47,6 +47,18 @@ def test_run_stops_after_steps_publishes_and_evaluates(tmp_path):
     assert np.array_equal(db.load_params()[1]["w"], params["w"])
 
 
+def test_two_trainers_merge_their_updates_into_the_stored_params(tmp_path):
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    pace = ["--set", "updates_per_step=0.25", "--set", "pace_slack=32", "--set", "train_sleep=0.002"]
+    run_cli(FAKE, "run", "--trainers", "2", "-n", "1500", "--eval-episodes", "0", *pace, "--db", url, cwd=tmp_path)
+    db = connect(url, "fake_experiment")
+    updates = int(db.load_params()[1]["updates"][0])
+    # each update adds 1 to a counter in the params: both trainers' pushes landed, none overwrote the other's
+    assert updates == db.counter("updates") > 300
+    reports = db.metrics("train")
+    assert all(r["push_s"] >= 0 and r["push_conflicts"] >= 0 for r in reports)
+
+
 @pytest.mark.parametrize("target, reached", [(5.0, True), (5.5, False)])
 def test_run_stops_at_target_return(tmp_path, target, reached):
     # episodes are truncated after 5 steps (CartPole cannot fall that fast): every return is 5

@@ -1,11 +1,16 @@
-"""The params exchange: checking shapes, following the stored version, a trainer's resume under races."""
+"""The params exchange: checking shapes, following the stored version, resume, trainers pushing deltas."""
+
+import random
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
 from fake_experiment import FakeExperiment
 
-from tinyverse.errors import ParamsMismatch
-from tinyverse.params import check_params, resume, sync_params
+from tinyverse.errors import ParamsMismatch, TinyverseError
+from tinyverse.params import Publisher, check_params, resume, sync_params
 
 # -- check_params ------------------------------------------------------------------
 
@@ -126,3 +131,225 @@ def test_resume_of_params_of_another_shape_raises_and_keeps_them(db):
     with pytest.raises(ParamsMismatch, match=r"w: stored float32\[5, 2\], model wants float32\[4, 2\]"):
         resume(FakeExperiment(db), late)
     np.testing.assert_array_equal(db.load_params()[1]["w"], foreign["w"])
+
+
+# -- Publisher: trainers pushing deltas -----------------------------------------------
+
+
+class Params:
+    """An experiment that is only its params: what a trainer trained is what a test writes."""
+
+    local_params = ("target",)
+
+    def __init__(self, **arrays):
+        self.params, self.loads = arrays, 0
+
+    def get_params(self):
+        return {k: v.copy() for k, v in self.params.items()}
+
+    def set_params(self, params):
+        self.params, self.loads = {k: v.copy() for k, v in params.items()}, self.loads + 1
+
+
+def initial():
+    return {"w": np.arange(6.0).reshape(2, 3), "head": np.zeros(2, np.float32), "count": np.array(0, np.int64)}
+
+
+def trainer(db, sync=None, coef=1.0, only=(), local=()):
+    exp = Params(**initial())
+    return exp, Publisher(exp, db, coef, sync, only, local)
+
+
+def test_one_trainer_stores_exactly_what_it_trained(db):
+    exp, pub = trainer(db)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        exp.params["w"] += rng.normal(size=(2, 3)) * 10.0 ** rng.integers(-8, 3)
+        exp.params["head"] -= np.float32(0.1)
+        exp.params["count"] += 1
+        version = pub.push()
+        stored_version, stored = db.load_params()
+        assert version == stored_version
+        for k, v in exp.params.items():
+            np.testing.assert_array_equal(stored[k], v, err_msg=k)  # bit for bit, not to a tolerance
+    assert exp.loads == 0 and pub.conflicts == 0
+
+
+def test_two_trainers_add_up_and_sync_once_they_see_each_other(db):
+    a, pa = trainer(db)
+    b, pb = trainer(db)  # both resume from the same stored params (b loads them)
+    a.loads = b.loads = 0
+    a.params["w"] += 1.0
+    a.params["count"] += 3
+    pa.push()
+    b.params["w"] += 10.0
+    b.params["count"] += 4
+    pb.push()  # b sees a's push: it merges and, sync being automatic, takes the sum as its own
+    stored = db.load_params()[1]
+    np.testing.assert_array_equal(stored["w"], initial()["w"] + 11.0)
+    assert int(stored["count"]) == 7, "integer arrays add up exactly, like counters"
+    assert b.loads == 1 and a.loads == 0
+    np.testing.assert_array_equal(b.params["w"], stored["w"])
+    a.params["w"] += 100.0
+    pa.push()  # a's next push keeps b's update and a's
+    np.testing.assert_array_equal(db.load_params()[1]["w"], initial()["w"] + 111.0)
+    assert a.loads == 1
+
+
+def test_without_sync_a_trainer_keeps_its_own_params_and_pushes_only_its_progress(db):
+    a, pa = trainer(db, sync=False)
+    b, pb = trainer(db, sync=False)
+    b.loads = 0
+    a.params["w"] += 1.0
+    pa.push()
+    b.params["w"] += 10.0
+    pb.push()
+    b.params["w"] += 10.0
+    pb.push()
+    np.testing.assert_array_equal(db.load_params()[1]["w"], initial()["w"] + 21.0)
+    np.testing.assert_array_equal(b.params["w"], initial()["w"] + 20.0)
+    assert b.loads == 0
+
+
+def test_push_coef_scales_the_delta_and_is_checked(db, caplog):
+    a, pa = trainer(db, coef=0.5)
+    a.params["w"] += 4.0
+    pa.push()
+    np.testing.assert_array_equal(db.load_params()[1]["w"], initial()["w"] + 2.0)
+    trainer(db, coef=2.0)
+    assert "--push-coef 2 above 1" in caplog.text
+    with pytest.raises(TinyverseError, match="--push-coef must be positive, got 0"):
+        trainer(db, coef=0.0)
+
+
+def test_a_trainer_may_push_some_arrays_only(db):
+    heads, ph = trainer(db, only=("head*",))
+    full, pf = trainer(db)
+    full.params["w"] += 1.0
+    pf.push()
+    heads.params["w"] -= 50.0  # trained, but not pushed: the stored w keeps the other trainer's update
+    heads.params["head"] += np.float32(2.0)
+    ph.push()
+    stored = db.load_params()[1]
+    np.testing.assert_array_equal(stored["w"], initial()["w"] + 1.0)
+    np.testing.assert_array_equal(stored["head"], [2.0, 2.0])
+
+
+def test_local_arrays_are_written_as_they_are_and_never_taken(db):
+    a, pa = trainer(db, local=("target",))
+    a.params["target"] = np.zeros(3)
+    pa.push()  # a new array name: its first push would fail the shape check, so start both with it
+    b = Params(**initial(), target=np.zeros(3))
+    pb = Publisher(b, db, local=("target",))
+    a.params["target"] = np.full(3, 5.0)
+    a.params["w"] += 1.0
+    pa.push()
+    b.params["target"] = np.full(3, 7.0)
+    b.params["w"] += 2.0
+    pb.push()  # b syncs: it takes the merged w but keeps its own target
+    stored = db.load_params()[1]
+    np.testing.assert_array_equal(stored["target"], np.full(3, 7.0), err_msg="a copy, not a sum of deltas")
+    np.testing.assert_array_equal(stored["w"], initial()["w"] + 3.0)
+    np.testing.assert_array_equal(b.params["target"], np.full(3, 7.0))
+    np.testing.assert_array_equal(b.params["w"], stored["w"])
+
+
+def test_a_lost_race_reloads_and_retries(db):
+    a, pa = trainer(db)
+    b, pb = trainer(db)
+    save = db.save_params
+
+    def racing(params, *args, **kwargs):  # b publishes between a's read and a's write, once
+        db.save_params = save
+        b.params["w"] += 10.0
+        pb.push()
+        return save(params, *args, **kwargs)
+
+    a.params["w"] += 1.0
+    db.save_params = racing
+    pa.push()
+    assert pa.conflicts == 1 and pb.conflicts == 0
+    np.testing.assert_array_equal(db.load_params()[1]["w"], initial()["w"] + 11.0)
+    assert db.params_version() == 3
+
+
+def test_params_deleted_under_a_trainer_come_back_with_a_newer_version(db):
+    a, pa = trainer(db)
+    a.params["w"] += 1.0
+    before = pa.push()
+    db.clear(params=True)
+    a.params["w"] += 1.0
+    assert pa.push() > before
+    np.testing.assert_array_equal(db.load_params()[1]["w"], a.params["w"])
+
+
+PUSHER = """
+import sys, numpy as np
+from tinyverse.database import connect
+from tinyverse.params import Publisher
+
+class Params:
+    def __init__(self, params): self.params = params
+    def get_params(self): return {k: v.copy() for k, v in self.params.items()}
+    def set_params(self, params): self.params = {k: v.copy() for k, v in params.items()}
+
+url, prefix, index, pushes, sync = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+db = connect(url, prefix, retry_for=60)
+exp = Params({"w": np.zeros((8, 4096)), "count": np.array(0, np.int64), "mine": np.zeros(8)})
+pub = Publisher(exp, db, sync={"on": True, "off": False, "auto": None}[sync])
+for k in range(pushes):
+    if pushes > 1000:  # one-hot: push k of trainer i sets w[i, k] (all we ask of a killed trainer)
+        exp.params["w"][index, k] += 1.0
+    else:  # known deltas
+        exp.params["w"] += np.random.default_rng(1000 * index + k).normal(size=(8, 4096))
+    exp.params["count"] += 1
+    pub.push()
+print(pub.conflicts)
+"""
+
+
+def pushers(db_url, prefix, n, pushes, sync="auto"):
+    argv = [sys.executable, "-c", PUSHER, db_url, prefix]
+    return [
+        subprocess.Popen([*argv, str(i), str(pushes), sync], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("sync", ["auto", "off"])
+def test_concurrent_trainers_lose_no_update(db, db_url, sync):
+    n, pushes = 4, 15
+    db.save_params({"w": np.ones((8, 4096)), "count": np.array(0, np.int64), "mine": np.zeros(8)})
+    procs = pushers(db_url, db.prefix, n, pushes, sync)
+    conflicts = 0
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        conflicts += int(out)
+    version, stored = db.load_params()
+    expected = np.ones((8, 4096))
+    for i in range(n):
+        for k in range(pushes):
+            expected += np.random.default_rng(1000 * i + k).normal(size=(8, 4096))
+    np.testing.assert_allclose(stored["w"], expected, rtol=0, atol=1e-9)
+    assert int(stored["count"]) == n * pushes and version == 1 + n * pushes, f"{conflicts} races were lost"
+
+
+def test_trainers_killed_mid_push_leave_consistent_params(db, db_url):
+    n = 4
+    db.save_params({"w": np.zeros((8, 4096)), "count": np.array(0, np.int64), "mine": np.zeros(8)})
+    procs = pushers(db_url, db.prefix, n, 4096)
+    deadline = time.monotonic() + 60
+    while (db.params_version() or 0) < 60 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for p in procs:
+        time.sleep(random.random() * 0.05)
+        p.kill()  # SIGKILL, mid-push as likely as not
+        p.communicate()
+    version, stored = db.load_params()  # decodes: no torn record
+    w = stored["w"]
+    assert set(np.unique(w)) <= {0.0, 1.0}
+    for i in range(n):
+        done = int(w[i].sum())
+        assert w[i, :done].all() and not w[i, done:].any(), f"trainer {i}'s pushes are not a prefix"
+    assert int(w.sum()) == int(stored["count"]) == version - 1 >= 60

@@ -37,8 +37,8 @@ def mode_play(args):
 def mode_train(args):
     """Train on sessions sampled from the database and publish params (runs until stopped)."""
     exp = _exp(args, db := _db(args))
-    b = args.batch_size or exp.train_batch_size
-    train(exp, db, b, args.updates, args.save_every or exp.save_every, args.buffer_size, logdir=args.logdir)
+    b, push = args.batch_size or exp.train_batch_size, (args.push_coef, args.sync, args.push_only.split(","))
+    train(exp, db, b, args.updates, args.save_every or exp.save_every, args.buffer_size, 2.0, args.logdir, *push)
 
 
 def mode_run(args):
@@ -47,7 +47,8 @@ def mode_run(args):
     os.environ["TINYVERSE_DB"] = args.db  # children read it there: a password stays out of `ps`
     common = ["--prefix", db.prefix, "-q"] + (["--buffer-size", str(args.buffer_size)] if args.buffer_size else [])
     play_args = ["-b", str(args.batch_size or exp.play_batch_size), *common]
-    train_args = ["-b", str(args.train_batch or exp.train_batch_size), *common]
+    train_args = ["-b", str(args.train_batch or exp.train_batch_size), "--push-coef", str(args.push_coef), *common]
+    train_args += [] if args.sync is None else ["--sync" if args.sync else "--no-sync"]
     base = [sys.executable, "-m", "tinyverse", args.experiment]
     fleet = (args.players, args.trainers, play_args, train_args, args.steps, args.target_return, args.max_crashes)
     print(f"run stopped: {run_fleet(exp, db, base, *fleet)}")
@@ -191,6 +192,11 @@ def build_parser() -> argparse.ArgumentParser:
     p["run"].add_argument("--eval-episodes", type=zero, default=10, help="episodes of the final eval (0: none)")
     for name in ("play", "train", "run"):
         p[name].add_argument("--buffer-size", type=one, help="sessions the database keeps, for every worker")
+    for name in ("train", "run"):  # several trainers: a parameter server (tinyverse.params.Publisher)
+        p[name].add_argument("--push-coef", type=float, default=1.0, help="push coef x own delta (default 1)")
+        sync = "take the merged params after each push (default: once another trainer pushed)"
+        p[name].add_argument("--sync", action=argparse.BooleanOptionalAction, help=sync)
+    p["train"].add_argument("--push-only", default="", help="comma-separated globs of the arrays to push (all)")
     p["eval"].add_argument("-n", "--episodes", type=one, default=10, help="full episodes to play")
     p["eval"].add_argument("--record", default="records", help="directory for mp4 videos (default ./records)")
     p["eval"].add_argument("--no-record", action="store_true", help="no video")

@@ -73,6 +73,8 @@ class Experiment:
     prefetch: int = 2
     #: default of ``train -s``: updates between the trainer's publications of params
     save_every: int = 100
+    #: params arrays (globs) each trainer keeps its own, such as a target network: never merged
+    local_params: tuple[str, ...] = ()
     #: the pace the loops hold: trainer updates per env step played (None: each side runs free)
     updates_per_step: float | None = None
     #: env steps played before the first update (the replay buffer's minimum fill)

@@ -13,7 +13,7 @@ from .database import Database
 from .errors import TinyverseError
 from .experiment import Experiment
 from .monitor import EventWriter
-from .params import resume
+from .params import Publisher
 from .workers import Pace, StopFlag, Worker
 
 log = logging.getLogger(__name__)
@@ -93,19 +93,25 @@ def train(
     buffer_size: int | None = None,
     report_every: float = 2.0,
     logdir: str | None = None,
+    push_coef: float = 1.0,
+    sync: bool | None = None,
+    push_only: tuple[str, ...] = (),
 ) -> int:
     """Train on batches of ``batch_size`` sessions for ``steps`` updates (for ever if None).
 
     Resumes from stored params (never overwrites them with a random init), keeps
     the experiment's pace (:class:`Pace`), publishes every ``save_every`` updates,
-    when it starts to wait for players, and on SIGINT/SIGTERM. ``buffer_size``
-    changes the capacity of the database. Returns the last published version.
+    when it starts to wait for players, and on SIGINT/SIGTERM, as a delta merged
+    with other trainers' (:class:`~tinyverse.params.Publisher`: ``push_coef``,
+    ``sync``, ``push_only``). ``buffer_size`` changes the capacity of the
+    database. Returns the last published version.
     """
     if buffer_size is not None:
         db.set_capacity(buffer_size)
     pace = Pace(exp, db)
     db.layout = check_layout(exp, db)
-    version = resume(exp, db)
+    publisher = Publisher(exp, db, push_coef, sync, push_only, exp.local_params)
+    version = publisher.version
     exp.prepare_training()
     worker = Worker(db, "trainer")
     events = EventWriter(logdir) if logdir else None
@@ -115,7 +121,7 @@ def train(
     def publish():  # what was trained since the last save, if anything
         nonlocal version, saved
         if saved < done:
-            version, saved = db.save_params(exp.get_params(), min_version=version + 1), done
+            version, saved = publisher.push(), done
 
     def starved():
         nonlocal batch
@@ -147,6 +153,8 @@ def train(
                     means = {k: v / count for k, v in sums.items()}
                     env_steps = db.count_sessions()[1] * exp.session_length
                     record = {"time": time.time(), "updates": done, "steps": env_steps, "version": version}
+                    record |= {"push_s": round(publisher.seconds, 4), "push_conflicts": publisher.conflicts}
+                    publisher.seconds, publisher.conflicts = 0.0, 0
                     db.add_metrics("train", [{**record, **means}])
                     if events:
                         recent = [m["return"] for m in db.metrics("episodes", 20)]

@@ -159,13 +159,18 @@ class Database:
         return int(self._call(self._get_meta, name) or 0)
 
     # -- params -----------------------------------------------------------------
-    def save_params(self, params: Arrays, min_version: int = 0, if_absent: bool = False) -> int | None:
+    def save_params(
+        self, params: Arrays, min_version: int = 0, if_absent: bool = False, expect: int | None = None
+    ) -> int | None:
         """Store params with version max(stored + 1, min_version); return it.
 
-        With ``if_absent`` nothing is written (and None returned) when params
-        exist, so a random init never overwrites trained params.
+        Nothing is written (and None returned) with ``if_absent`` when params
+        exist, so a random init never overwrites trained params, and with
+        ``expect`` unless the stored version is ``expect`` (a compare-and-set).
         """
-        return self._call(self._save_params, encode(params), int(min_version), if_absent)
+        return self._call(
+            self._save_params, encode(params), int(min_version), if_absent, -1 if expect is None else expect
+        )
 
     def load_params(self) -> tuple[int, Arrays] | None:
         """(version, params) or None when none are stored."""
@@ -237,7 +242,7 @@ class Database:
     def _set_meta(self, key: str, value: str | None, if_absent: bool) -> None: ...  # None: delete
     def _get_meta(self, key: str) -> str | None: ...
     def _incr_meta(self, key: str, n: int) -> int: ...
-    def _save_params(self, blob: bytes, min_version: int, if_absent: bool) -> int | None: ...
+    def _save_params(self, blob: bytes, min_version: int, if_absent: bool, expect: int) -> int | None: ...
     def _load_params(self) -> tuple[int, bytes] | None: ...
     def _params_version(self) -> tuple[int, float] | None: ...
     def _heartbeat(self, worker_id: str, info: str, ttl: float) -> None: ...

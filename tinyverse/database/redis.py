@@ -37,7 +37,9 @@ redis.call('SET', KEYS[3], tonumber(redis.call('GET', KEYS[2]) or '0') + 1)
 
 SAVE_PARAMS = """
 if ARGV[3] == '1' and redis.call('HEXISTS', KEYS[1], 'data') == 1 then return false end
-local v = math.max(tonumber(redis.call('HGET', KEYS[1], 'version') or '0') + 1, tonumber(ARGV[2]))
+local stored = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
+if ARGV[5] ~= '-1' and stored ~= tonumber(ARGV[5]) then return false end
+local v = math.max(stored + 1, tonumber(ARGV[2]))
 redis.call('HSET', KEYS[1], 'version', v, 'time', ARGV[4], 'data', ARGV[1])
 return v
 """
@@ -93,9 +95,11 @@ class RedisDatabase(Database):
     def _incr_meta(self, key, n):
         return self.r.hincrby(self.k["meta"], key, n)
 
-    def _save_params(self, blob, min_version, if_absent):
+    def _save_params(self, blob, min_version, if_absent, expect):
         self.r.sadd(NAMESPACES, self.prefix)  # a namespace is listed once it holds data: sessions or params
-        return self.scripts["params"](keys=[self.k["params"]], args=[blob, min_version, int(if_absent), time.time()])
+        return self.scripts["params"](
+            keys=[self.k["params"]], args=[blob, min_version, int(if_absent), time.time(), expect]
+        )
 
     def _load_params(self):
         version, data = self.r.hmget(self.k["params"], ["version", "data"])

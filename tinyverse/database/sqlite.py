@@ -124,10 +124,10 @@ class SQLiteDatabase(Database):
         with self._write() as db:
             return int(db.execute(sql, (key, n, n)).fetchone()[0])
 
-    def _save_params(self, blob, min_version, if_absent):
+    def _save_params(self, blob, min_version, if_absent, expect):
         with self._write() as db:
             row = db.execute(f"SELECT version FROM {self.t['params']}").fetchone()
-            if row is not None and if_absent:
+            if (row is not None and if_absent) or expect not in (-1, row[0] if row else 0):
                 return None
             version = max((row[0] if row else 0) + 1, min_version)
             db.execute(f"INSERT OR REPLACE INTO {self.t['params']} VALUES (1, ?, ?, ?)", (version, time.time(), blob))
