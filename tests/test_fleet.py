@@ -144,6 +144,8 @@ def test_info_shows_the_fleet(tmp_path):
         "trainer-x",
         {"role": "trainer", "host": "gpu-box", "pid": 42, "started": time.time() - 300, "updates_per_s": 12.5},
     )
+    trainer = {"role": "trainer", "host": "cloud", "pid": 9, "started": time.time() - 60, "updates_per_s": 40}
+    db.heartbeat("trainer-z", {**trainer, "version": 1, "pushes": 1200, "conflicts": 7})
     db.heartbeat(
         "player-y",
         {"role": "player", "host": "laptop", "pid": 7, "started": time.time() - 90, "steps_per_s": 1234, "version": 0},
@@ -154,6 +156,7 @@ def test_info_shows_the_fleet(tmp_path):
     assert "sessions  40 stored" in out  # 20 rounds of the fake's 2 environments
     assert "params    version 2, saved" in out
     assert "trainer   gpu-box pid 42  up 5m  12.5 updates/s\n" in out
+    assert "trainer   cloud pid 9  up 60s  40.0 updates/s  params v1, lag 1  1,200 pushes, 7 races lost" in out
     assert "player    laptop pid 7  up 90s  1,234 steps/s  params v0, lag 2" in out
     assert "returns   last" in out
     assert run_cli("info", "--db", url, cwd=tmp_path).stdout.startswith("[fake_experiment]")

@@ -36,7 +36,8 @@ def info_text(db: Database, last: int = 100) -> str:
         player = w["role"] == "player"
         rate = f"{w.get('steps_per_s', 0):,.0f} steps/s" if player else f"{w.get('updates_per_s', 0):,.1f} updates/s"
         used = f"  params v{w['version']}" if w.get("version") is not None else ""
-        used += f", lag {version - w['version']}" if used and player and version is not None else ""  # staleness
+        used += f", lag {version - w['version']}" if used and version is not None else ""  # staleness
+        used += f"  {w['pushes']:,} pushes, {w.get('conflicts', 0):,} races lost" if w.get("pushes") else ""
         used += f"  waiting {w['waiting']}" if w.get("waiting") else ""
         lines.append(f"  {w['role']:<8}  {w['host']} pid {w['pid']}  up {_age(now - w['started'])}  {rate}{used}")
     lines += [] if workers else ["  workers   none alive"]

@@ -100,7 +100,7 @@ class Publisher:
         self.only, self.local = tuple(g for g in only if g), tuple(local)
         self.version = resume(exp, db)
         self.base = self.stored = self._params()  # what we pushed from, and what we know is stored
-        self.seconds, self.conflicts = 0.0, 0  # spent publishing, races lost: the trainer resets them
+        self.pushes, self.conflicts, self.seconds = 0, 0, 0.0  # so far: pushes, races lost, time spent
 
     def _params(self) -> Arrays:
         return {k: np.array(v) for k, v in self.exp.get_params().items()}  # copies: the model trains on
@@ -149,5 +149,5 @@ class Publisher:
                 self.base = local
             self.version, self.stored = saved, merged
             break
-        self.seconds += time.monotonic() - start
+        self.pushes, self.seconds = self.pushes + 1, self.seconds + time.monotonic() - start
         return self.version

@@ -146,15 +146,17 @@ def train(
                 if done % save_every == 0:
                     publish()
                 now = time.monotonic()
-                if worker.beat(updates=done, version=version, updates_per_s=round(done / (now - started), 1)):
+                rate = round(done / (now - started), 1)
+                if worker.beat(updates=done, version=version, updates_per_s=rate, pushes=publisher.pushes,
+                               conflicts=publisher.conflicts):  # fmt: skip
                     flag.stop = True
                 if now - last_report >= report_every or done == steps:
                     pace.flush()
                     means = {k: v / count for k, v in sums.items()}
                     env_steps = db.count_sessions()[1] * exp.session_length
                     record = {"time": time.time(), "updates": done, "steps": env_steps, "version": version}
-                    record |= {"push_s": round(publisher.seconds, 4), "push_conflicts": publisher.conflicts}
-                    publisher.seconds, publisher.conflicts = 0.0, 0
+                    record |= {"push_s": round(publisher.seconds, 4), "pushes": publisher.pushes}
+                    record["push_conflicts"] = publisher.conflicts
                     db.add_metrics("train", [{**record, **means}])
                     if events:
                         recent = [m["return"] for m in db.metrics("episodes", 20)]
