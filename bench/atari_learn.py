@@ -81,7 +81,7 @@ def progress(system: str, start: float, episodes: list[tuple], shown: float) -> 
 
 
 def run_tinyverse(
-    minutes: float, players: int, options: list[str], workdir: Path, sync_every: int = 1
+    minutes: float, players: int, options: list[str], workdir: Path, sync_every: int = 1, trainers: int = 1
 ) -> tuple[list[tuple[float, float, int]], dict]:
     """``atari.py run``, or with ``sync_every`` > 1 a trainer and players started one by one (``play -s``).
 
@@ -92,9 +92,10 @@ def run_tinyverse(
     sets = [x for o in options for x in ("--set", o)]
     base = [sys.executable, "-m", "tinyverse", str(ROOT / "examples" / "atari.py")]
     if sync_every == 1:
-        argvs = [[*base, "run", "--db", url, "--players", str(players), "--eval-episodes", "0", "-q", *sets]]
-    else:  # the trainer first, so that it stores the options the players adopt
-        argvs = [[*base, "train", "--db", url, "-q", *sets]]
+        fleet = ["--players", str(players), "--trainers", str(trainers)]
+        argvs = [[*base, "run", "--db", url, *fleet, "--eval-episodes", "0", "-q", *sets]]
+    else:  # the trainers first, so that they store the options the players adopt
+        argvs = [[*base, "train", "--db", url, "-q", *sets] for _ in range(trainers)]
         argvs += [[*base, "play", "--db", url, "-s", str(sync_every), "-q", *sets] for _ in range(players)]
     start = time.time()
     procs = []

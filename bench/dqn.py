@@ -180,6 +180,7 @@ def run_tinyverse(
     stop_solved: bool = False,
     max_steps: int | None = None,
     extra: list[tuple[str, str]] = (),
+    trainers: int = 1,
 ) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix="tinyverse-bench-dqn-"))
     url = f"sqlite:///{workdir / 'bench.db'}"
@@ -191,13 +192,17 @@ def run_tinyverse(
     env = dict(os.environ)
     exp = load_experiment(str(DQN_FILE), None, options)  # this process's copy, for evaluation
     T = exp.session_length
-    logs = [open(workdir / f"{name}.log", "wb") for name in ["trainer", *(f"player-{i}" for i in range(players))]]
+    names = [*(f"trainer-{i}" for i in range(trainers)), *(f"player-{i}" for i in range(players))]
+    logs = [open(workdir / f"{name}.log", "wb") for name in names]
     started = time.monotonic()
-    procs = [subprocess.Popen([*base, "train", *common], env=env, stdout=logs[0], stderr=subprocess.STDOUT)]
+    procs = [
+        subprocess.Popen([*base, "train", *common], env=env, stdout=logs[i], stderr=subprocess.STDOUT)
+        for i in range(trainers)
+    ]
     for i in range(players):
         worker = {"TINYVERSE_WORKER_INDEX": str(i), "TINYVERSE_WORKER_COUNT": str(players)}
         argv = [*base, "play", "--seed", str(1000 * seed + i), *common]
-        procs.append(subprocess.Popen(argv, env={**env, **worker}, stdout=logs[i + 1], stderr=subprocess.STDOUT))
+        procs.append(subprocess.Popen(argv, env={**env, **worker}, stdout=logs[trainers + i], stderr=subprocess.STDOUT))
     db = connect(url, "bench", retry_for=30)
     tracker, next_eval, steps, version = Tracker(env_id, seed, procs, started), every, 0, None
 
@@ -236,10 +241,12 @@ def run_tinyverse(
         exp.set_params(found[1])
         tracker.evaluate(steps, policy)
     updates = int(found[1]["updates"]) if found is not None else 0
+    last = {m["worker"]: m for m in db.metrics("train") if "worker" in m}  # each trainer's last report
+    pushes = {k: sum(m[k] for m in last.values()) for k in ("push_s", "pushes", "push_conflicts")}
     db.close()
     shutil.rmtree(workdir)  # kept, with the logs, only when a process died
     out = result("tinyverse", env_id, seed, players, config, tracker, steps, wall)
-    out["updates"] = updates
+    out |= {"updates": updates, "trainers": trainers, **pushes}
     return out
 
 

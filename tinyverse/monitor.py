@@ -45,7 +45,9 @@ def info_text(db: Database, last: int = 100) -> str:
         r = np.array(returns)
         lines.append(f"  returns   last {len(r)}: mean {r.mean():.1f}, min {r.min():.1f}, max {r.max():.1f}")
     if train := db.metrics("train", 1):
-        shown = ", ".join(f"{k} {v:.4g}" for k, v in train[-1].items() if k not in ("time", "version", "steps"))
+        shown = ", ".join(
+            f"{k} {v:.4g}" for k, v in train[-1].items() if k not in ("time", "version", "steps", "worker")
+        )
         lines.append(f"  training  {shown} ({_age(now - train[-1]['time'])} ago)")
     return "\n".join(lines)
 

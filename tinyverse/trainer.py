@@ -155,7 +155,7 @@ def train(
                     means = {k: v / count for k, v in sums.items()}
                     env_steps = db.count_sessions()[1] * exp.session_length
                     record = {"time": time.time(), "updates": done, "steps": env_steps, "version": version}
-                    record |= {"push_s": round(publisher.seconds, 4), "pushes": publisher.pushes}
+                    record |= {"worker": worker.id, "push_s": round(publisher.seconds, 4), "pushes": publisher.pushes}
                     record["push_conflicts"] = publisher.conflicts
                     db.add_metrics("train", [{**record, **means}])
                     if events:
