@@ -6,6 +6,7 @@
     python bench/dqn.py --envs Acrobot-v1 --seeds 1 --json runs.jsonl         # rows also appended as JSON
     python bench/dqn.py --report runs.jsonl                                   # tables of saved rows
     python bench/dqn.py --envs Acrobot-v1 --seeds 0 --set pace_slack=500      # options of examples/dqn.py
+    python bench/dqn.py --update-cost 8a4977c --envs LunarLander-v3          # an update now vs at a commit
 
 Runs are sequential; on a machine with many cores, start one script per run with ``--json`` to the
 same file and print the merged tables with ``--report``.
@@ -316,6 +317,41 @@ def show(rows: list[dict]) -> None:
             print(line)
 
 
+def update_cost(rev: str, env_ids: list[str], updates: int = 300) -> None:
+    """Time ``train_step`` of examples/dqn.py at ``rev`` and in the working tree, interleaved, on one batch."""
+    import importlib.util
+
+    old = Path(tempfile.mkdtemp()) / "dqn_old.py"
+    old.write_text(subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:examples/dqn.py"], capture_output=True,
+                                  text=True, check=True).stdout)  # fmt: skip
+    modules = {}
+    for name, path in (("then", old), ("now", DQN_FILE)):
+        spec = importlib.util.spec_from_file_location(f"dqn_{name}", path)
+        modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(modules[name])
+    for env_id in env_ids:
+        exps = {k: m.DQN(None, m.Args(env_id=env_id, per=False)) for k, m in modules.items()}
+        for exp in exps.values():
+            exp.prepare_training()
+        a, T = exps["now"].args, exps["now"].session_length
+        env = gym.make(env_id)
+        B, n_obs = a.batch_sessions, env.observation_space.shape[0]
+        rng = np.random.default_rng(0)
+        batch = {"observations": rng.normal(size=(B, T + 1, n_obs)).astype(np.float32),
+                 "final_observations": rng.normal(size=(B, T, n_obs)).astype(np.float32),
+                 "actions": rng.integers(0, env.action_space.n, (B, T)), "rewards": rng.normal(size=(B, T)).astype(
+                 np.float32), "terminated": rng.random((B, T)) < 0.02, "truncated": np.zeros((B, T), bool)}  # fmt: skip
+        spent = dict.fromkeys(exps, 0.0)
+        for _ in range(updates):
+            for k, exp in exps.items():
+                t0 = time.perf_counter()
+                exp.train_step(batch)
+                spent[k] += time.perf_counter() - t0
+        ms = {k: 1000 * v / updates for k, v in spent.items()}
+        print(f"{env_id}: {B} sessions x {T} ticks, one update: {ms['then']:.2f} ms at {rev}, {ms['now']:.2f} ms now "
+              f"(now / then = {ms['now'] / ms['then']:.2f}; mean of {updates}, interleaved)")  # fmt: skip
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--envs", default="CartPole-v1,Acrobot-v1,LunarLander-v3", help="comma-separated env ids")
@@ -337,7 +373,10 @@ def main():
         help="an option of examples/dqn.py for the tinyverse runs (repeat for more)",
     )
     p.add_argument("--report", nargs="+", metavar="FILE", help="print tables of rows saved by --json")
+    p.add_argument("--update-cost", metavar="REV", help="time one update now against the one at git REV")
     args = p.parse_args()
+    if args.update_cost:
+        return update_cost(args.update_cost, args.envs.split(","))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed bench stops its tinyverse processes too
     if args.report:
         show([json.loads(line) for f in args.report for line in Path(f).read_text().splitlines() if line.strip()])

@@ -15,7 +15,7 @@ effect can be measured (``bench/dqn.py --ablate``):
 
 - double Q-learning (``double``): the online net picks the next action, the target net values
   it. https://arxiv.org/abs/1509.06461
-- dueling heads (``dueling``): Q = V + A - mean(A), each stream with its own hidden layer.
+- dueling heads (``dueling``): Q = V + A - mean(A), the two streams on shared hidden layers.
   https://arxiv.org/abs/1511.06581
 - n-step returns (``n_step``), computed inside a session and never across an episode end: a
   terminated episode adds no bootstrap, a truncated one bootstraps from its final observation,
@@ -176,18 +176,21 @@ def apex_epsilon(args: Args, index: int, count: int) -> float:
 
 
 def nstep_targets(observations, final_observations, rewards, terminated, truncated, n: int, gamma: float):
-    """n-step returns inside sessions: (returns, bootstrap observations, bootstrap discounts).
+    """n-step returns inside sessions: (returns, bootstrap observations, discounts, their ticks).
 
     For tick t the return sums rewards of ticks t..t+m-1, where m <= n stops at the end of the
     episode (if it ends in the window) or of the session. The target is then
     ``returns + discounts * V(bootstrap observations)``: discount gamma^m, zero after a
     termination; the observation after tick t+m-1, the episode's final one after a truncation.
+    The last array says where each bootstrap observation is in ``observations`` (t+m), or -1
+    where it is a final observation.
     """
     B, T = rewards.shape
     ended = terminated | truncated
     returns = np.zeros((B, T), np.float32)
     discounts = np.zeros((B, T), np.float32)
     boot = np.zeros_like(final_observations)
+    index = np.full((B, T), -1)
     live = np.ones((B, T), bool)
     t = np.arange(T)
     for k in range(n):
@@ -200,8 +203,9 @@ def nstep_targets(observations, final_observations, rewards, terminated, truncat
         discounts = np.where(stop, np.where(terminated[:, i], 0.0, gamma ** (k + 1)), discounts)
         after = np.where(e[..., None], final_observations[:, i], observations[:, i + 1])
         boot = np.where(stop[..., None], after, boot)
+        index = np.where(stop, np.where(e, -1, i + 1), index)
         live &= ~stop
-    return returns, boot, discounts.astype(np.float32)
+    return returns, boot, discounts.astype(np.float32), index
 
 
 class SumTree:
@@ -310,15 +314,13 @@ class QNet(nn.Module):
     def __init__(self, n_obs: int, n_act: int, hidden: int, dueling: bool):
         super().__init__()
         self.dueling = dueling
-        self.trunk = nn.Sequential(nn.Linear(n_obs, hidden), nn.ReLU())
-
-        def stream(out):
-            return nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, out))
-
-        if dueling:  # each stream has its own hidden layer, as in the paper
-            self.value, self.advantage = stream(1), stream(n_act)
+        # the streams share both hidden layers, as the paper's share its conv torso: a hidden
+        # layer per stream cost twice the update's FLOPs
+        self.trunk = nn.Sequential(nn.Linear(n_obs, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU())
+        if dueling:
+            self.value, self.advantage = nn.Linear(hidden, 1), nn.Linear(hidden, n_act)
         else:
-            self.head = stream(n_act)
+            self.head = nn.Linear(hidden, n_act)
 
     def forward(self, x):
         h = self.trunk(x)
@@ -416,7 +418,7 @@ class DQN(tinyverse.Experiment):
     def train_step(self, batch):
         a = self.args
         B, T = batch["rewards"].shape
-        returns, boot, discounts = nstep_targets(
+        returns, boot, discounts, index = nstep_targets(
             batch["observations"],
             batch["final_observations"],
             batch["rewards"],
@@ -425,17 +427,25 @@ class DQN(tinyverse.Experiment):
             a.n_step,
             a.gamma,
         )
-        obs = torch.as_tensor(batch["observations"][:, :-1], dtype=torch.float32).flatten(0, 1)
+        # double Q: one forward of the online net over all T+1 observations gives both the
+        # trained Q(s_t, a_t) and its pick at the bootstrap observations, which are s_{t+m}
+        # except after a truncation (a final observation: forwarded apart, rarely)
+        obs = torch.as_tensor(batch["observations"][:, : T + 1 if a.double else T], dtype=torch.float32)
+        q_all = self.q(obs.flatten(0, 1)).view(B, obs.shape[1], -1)
         boot = torch.as_tensor(boot, dtype=torch.float32).flatten(0, 1)
         actions = torch.as_tensor(batch["actions"]).flatten().long()
         with torch.no_grad():
             if a.double:  # the online net picks the action, the target net values it
-                best = self.q(boot).argmax(1, keepdim=True)
-                value = self.target(boot).gather(1, best).squeeze(1)
+                index = torch.as_tensor(index).flatten()
+                picks = q_all.detach()[torch.arange(B).repeat_interleave(T), index.clamp(min=0)]
+                final = ((index < 0) & torch.as_tensor(discounts > 0).flatten()).nonzero().squeeze(1)
+                if final.numel():  # truncated: bootstrap from the final observation
+                    picks[final] = self.q(boot[final])
+                value = self.target(boot).gather(1, picks.argmax(1, keepdim=True)).squeeze(1)
             else:
                 value = self.target(boot).max(1).values
             target = torch.as_tensor(returns).flatten() + torch.as_tensor(discounts).flatten() * value
-        q = self.q(obs).gather(1, actions[:, None]).squeeze(1)
+        q = q_all[:, :T].flatten(0, 1).gather(1, actions[:, None]).squeeze(1)
         per_session = F.smooth_l1_loss(q, target, reduction="none").view(B, T).mean(1)
         weights = torch.as_tensor(batch["is_weight"]) if "is_weight" in batch else torch.ones(B)
         loss = (weights * per_session).mean()

@@ -21,6 +21,7 @@ DQN_FILE = ROOT / "examples" / "dqn.py"
 _spec = importlib.util.spec_from_file_location("dqn_example", DQN_FILE)
 dqn = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(dqn)
+torch = dqn.torch
 
 
 # -- sum tree -------------------------------------------------------------------
@@ -99,7 +100,7 @@ def hand_made_sessions():
 
 def test_nstep_targets_stop_at_episode_ends_and_session_end():
     obs, final, rewards, terminated, truncated = hand_made_sessions()
-    returns, boot, disc = dqn.nstep_targets(obs, final, rewards, terminated, truncated, n=3, gamma=0.5)
+    returns, boot, disc, index = dqn.nstep_targets(obs, final, rewards, terminated, truncated, n=3, gamma=0.5)
     # session 0: terminated at tick 1 (no bootstrap), truncated at tick 4 (bootstrap from its final obs)
     np.testing.assert_allclose(returns[0], [1 + 0.5 * 2, 2, 3 + 0.5 * 4 + 0.25 * 5, 4 + 0.5 * 5, 5, 6])
     np.testing.assert_allclose(disc[0], [0, 0, 0.125, 0.25, 0.5, 0.5])
@@ -108,15 +109,48 @@ def test_nstep_targets_stop_at_episode_ends_and_session_end():
     np.testing.assert_allclose(returns[1], [1 + 1 + 0.75, 2 + 1.5 + 1, 3 + 2 + 1.25, 4 + 2.5 + 1.5, 5 + 3, 6])
     np.testing.assert_allclose(disc[1], [0.125, 0.125, 0.125, 0.125, 0.25, 0.5])
     np.testing.assert_allclose(boot[1, :, 0], [100, 110, 120, 130, 130, 130])
+    # where each bootstrap observation sits in the session (the double-Q pick reads the online net there)
+    np.testing.assert_array_equal(index, [[-1, -1, -1, -1, -1, 6], [3, 4, 5, 6, 6, 6]])
+    b, t = np.nonzero(index >= 0)
+    np.testing.assert_array_equal(obs[b, index[b, t]], boot[b, t])
 
 
 def test_one_step_targets_are_plain_td():
     obs, final, rewards, terminated, truncated = hand_made_sessions()
-    returns, boot, disc = dqn.nstep_targets(obs, final, rewards, terminated, truncated, n=1, gamma=0.9)
+    returns, boot, disc, index = dqn.nstep_targets(obs, final, rewards, terminated, truncated, n=1, gamma=0.9)
     np.testing.assert_allclose(returns, rewards)
     np.testing.assert_allclose(disc, np.where(terminated, 0.0, 0.9))
     ended = (terminated | truncated)[..., None]
     np.testing.assert_allclose(boot, np.where(ended, final, obs[:, 1:]))
+    np.testing.assert_array_equal(index, np.where(ended[..., 0], -1, np.arange(1, 7)))
+
+
+def test_double_q_target_from_one_online_forward_equals_two_forwards(monkeypatch):
+    # the pick of the online net at s_{t+m} read from its forward over the session, as one
+    # forward of the bootstrap observations would give it, truncations included
+    exp = dqn.DQN(None, dqn.Args(hidden=16, n_step=3, double=True, dueling=True))
+    exp.prepare_training()
+    rng = np.random.default_rng(0)
+    B, T = 32, 8
+    obs, final = rng.normal(size=(B, T + 1, 4)).astype(np.float32), rng.normal(size=(B, T, 4)).astype(np.float32)
+    ended = rng.random((B, T)) < 0.2
+    terminated = ended & (rng.random((B, T)) < 0.5)
+    truncated = ended & ~terminated
+    rewards, actions = rng.normal(size=(B, T)).astype(np.float32), rng.integers(0, 2, (B, T))
+    batch = {"observations": obs, "final_observations": final, "rewards": rewards, "actions": actions}
+    batch |= {"terminated": terminated, "truncated": truncated}
+    targets = []
+    monkeypatch.setattr(dqn.F, "smooth_l1_loss", lambda q, target, **kw: targets.append(target) or (q - target) ** 2)
+    before = {k: v.clone() for k, v in exp.q.state_dict().items()}
+    exp.train_step(batch)
+    exp.q.load_state_dict(before)
+    returns, boot, disc, _ = dqn.nstep_targets(obs, final, rewards, terminated, truncated, 3, exp.args.gamma)
+    with torch.no_grad():
+        boot = torch.as_tensor(boot).flatten(0, 1)
+        best = exp.q(boot).argmax(1, keepdim=True)
+        value = exp.target(boot).gather(1, best).squeeze(1)
+    expected = torch.as_tensor(returns).flatten() + torch.as_tensor(disc).flatten() * value
+    torch.testing.assert_close(targets[0], expected)
 
 
 # -- prioritized replay against a real database ----------------------------------
