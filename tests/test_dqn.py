@@ -222,8 +222,11 @@ def test_replay_follows_a_cleared_and_growing_ring():
 def test_apex_epsilons_and_presets(monkeypatch):
     args = dqn.Args()
     eps = [dqn.apex_epsilon(args, i, 4) for i in range(4)]
-    np.testing.assert_allclose(eps, [0.4 ** (1 + 7 * i / 3) for i in range(4)])
-    assert dqn.apex_epsilon(args, 0, 1) == args.eps_end == 0.04
+    np.testing.assert_allclose(eps, [0.04 ** ((1 + 7 * (i + 0.5) / 4) / 4.5) for i in range(4)])
+    assert eps == sorted(eps, reverse=True) and np.exp(np.log(eps).mean()) == pytest.approx(0.04)
+    assert dqn.apex_epsilon(args, 0, 1) == pytest.approx(args.eps_end) and args.eps_end == 0.04
+    two = [dqn.apex_epsilon(args, i, 2) for i in range(2)]
+    assert 0.1 < two[0] < 0.2 and 0.005 < two[1] < 0.02  # not 0.4 for one of two: half the data random
     acrobot = dqn.Args(env_id="Acrobot-v1", per=False, n_step=5, learning_rate=1e-3)
     assert (acrobot.per, acrobot.n_step, acrobot.learning_rate) == (False, 5, 1e-3)  # given: kept
     assert (acrobot.replay_ratio, acrobot.batch_sessions, acrobot.learning_starts) == (1.0, 8, 0)  # the preset
@@ -233,10 +236,11 @@ def test_apex_epsilons_and_presets(monkeypatch):
     monkeypatch.setenv("TINYVERSE_WORKER_INDEX", "2")
     monkeypatch.setenv("TINYVERSE_WORKER_COUNT", "3")
     exp = dqn.DQN(None, dqn.Args(hidden=8, eps_start=0.5))
-    assert exp.final_epsilon == pytest.approx(0.4**8)
+    last = 0.04 ** ((1 + 7 * 2.5 / 3) / 4.5)
+    assert exp.final_epsilon == pytest.approx(last)
     assert exp.session_info() == {"epsilon": 0.5}  # before any update
     exp.updates = 10**6
-    assert exp.session_info() == {"epsilon": pytest.approx(0.4**8)}
+    assert exp.session_info() == {"epsilon": pytest.approx(last)}
 
 
 # -- the loops, in-process, for every combination of improvements ------------------
