@@ -150,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--host", help="Redis host: shorthand for --db redis://HOST:PORT/0")
     g.add_argument("--port", type=int, help="Redis port (default 6379)")
     g.add_argument("--password", help="Redis password")
+    g.add_argument("--tls-ca", metavar="FILE", help="TLS to Redis: the CA certificate that signed the server's")
     g.add_argument("--prefix", "--key-prefix", help="namespace in the database (default: the experiment's name)")
     common.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     common.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
@@ -229,6 +230,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
         auth = f":{quote(args.password, safe='')}@" if args.password else ""
         args.db = f"redis://{auth}{args.host or 'localhost'}:{args.port or 6379}/0"
     args.db = args.db or os.environ.get("TINYVERSE_DB") or DEFAULT_URL
+    if args.tls_ca:  # TLS: rediss://, and redis-py reads the CA from the URL's query
+        path = Path(args.tls_ca).resolve()
+        if not path.is_file() or not args.db.startswith(("redis://", "rediss://")):
+            raise TinyverseError(f"--tls-ca {args.tls_ca}: want the CA certificate file (PEM) of a Redis server")
+        args.db = "rediss://" + args.db.split("://", 1)[1] + ("&" if "?" in args.db else "?")
+        args.db += f"ssl_ca_certs={quote(str(path))}"
     return args
 
 

@@ -59,6 +59,11 @@ class RedisDatabase(Database):
     def _is_transient(self, e):
         if isinstance(e, redis.AuthenticationError):  # a wrong password does not get better with time
             raise DatabaseError(f"Redis at {self.url} refused the password ({e}): check --password or the URL")
+        if "SSL" in str(e):  # nor does a certificate that does not verify
+            raise DatabaseError(
+                f"TLS with Redis at {self.url} failed ({str(e).split('] ')[-1]}): pass the CA that signed the "
+                "server's certificate with --tls-ca FILE (or ?ssl_ca_certs=FILE in the URL)"
+            )
         return isinstance(e, (redis.ConnectionError, redis.TimeoutError)) or (
             isinstance(e, redis.ResponseError) and str(e).startswith("LOADING")
         )
