@@ -1,0 +1,93 @@
+"""Three hosts on one machine (network namespaces): a real fleet across a LAN, through deploy/netns.py."""
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import IN_CI, ROOT
+
+FAKE = str(ROOT / "tests" / "fake_experiment.py")
+_spec = importlib.util.spec_from_file_location("netns", ROOT / "deploy" / "netns.py")
+netns = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(netns)
+ENV = {"TINYVERSE_DB": netns.LAN_URL, "SDL_VIDEODRIVER": "dummy"}
+
+
+@pytest.fixture
+def hosts():
+    if shutil.which("redis-server") is None:
+        pytest.fail("redis-server is not installed") if IN_CI else pytest.skip("redis-server is not installed")
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root (ip netns add): run the tests as root")
+    try:
+        made = netns.Hosts().build()
+    except subprocess.CalledProcessError as e:  # the kernel or the sandbox forbids namespaces
+        pytest.skip(f"cannot build network namespaces here: {(e.stderr or '').strip()}")
+    yield made
+    made.close()
+
+
+def wait(condition, what, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := condition():
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_fleet_across_three_hosts_trains_survives_a_redis_restart_and_stops_remotely(hosts, tmp_path):
+    redis_server = hosts.start("db", "db-host", netns.redis_argv(tmp_path), tmp_path / "redis.log")
+    hosts.python("trainer", f"from deploy.netns import wait_redis; wait_redis({netns.LAN_URL!r})")
+    sets = ["--set", "updates_per_step=0.5", "--set", "pace_slack=64"]
+    trainer = hosts.start("trainer", "trainer-host", netns.tinyverse(FAKE, "train", "-b", "4", "-s", "5", *sets),
+                          tmp_path / "trainer.log", ENV)  # fmt: skip
+    players = [hosts.start("players", "player-host", netns.tinyverse(FAKE, "play", *sets), tmp_path / f"p{i}.log", ENV)
+               for i in range(2)]  # fmt: skip
+
+    def progress() -> tuple[int, int]:  # sessions ever added and params version, read from the trainer's host
+        code = (f"from tinyverse.database import connect; db = connect({netns.LAN_URL!r}, 'fake_experiment'); "
+                "print(db.count_sessions()[1], db.params_version() or 0)")  # fmt: skip
+        added, version = hosts.python("trainer", code).split()
+        return int(added), int(version)
+
+    first = wait(lambda: (p := progress())[0] >= 40 and p[1] >= 3 and p, "training progress across hosts")
+    info = hosts.run_in("trainer", *netns.tinyverse(FAKE, "info"), check=False, env=ENV).stdout
+    hosts_seen = set(re.findall(r"^  (player|trainer)\s+(\S+) pid", info, re.M))
+    assert hosts_seen == {("trainer", "trainer-host"), ("player", "player-host")}, info
+    assert info.count("player    player-host") == 2 and netns.PASSWORD not in info
+
+    # Redis restarts (its append-only file keeps the data): every worker waits it out and goes on
+    redis_server.kill()
+    redis_server.wait()
+    time.sleep(3)
+    hosts.start("db", "db-host", netns.redis_argv(tmp_path), tmp_path / "redis.log")
+    wait(lambda: (p := progress())[0] > first[0] + 40 and p[1] > first[1], "progress after the restart", 90)
+    assert all(p.poll() is None for p in [trainer, *players]), "a worker died with the restart"
+
+    # from the trainer's host, clear --kill-players asks the players on the other host to stop
+    argv = ["unshare", "--uts", "sh", "-c", 'hostname trainer-host && exec "$@"', "sh"]
+    cleared = hosts.run_in("trainer", *argv, *netns.tinyverse(FAKE, "clear", "--kill-players"), check=False, env=ENV)
+    assert cleared.stdout.count("on player-host to stop") == 2, cleared.stdout + cleared.stderr
+    for p in players:
+        assert p.wait(30) == 0, "a remote player did not stop cleanly"
+    assert trainer.poll() is None, "the trainer was stopped too"
+    trainer.terminate()
+    assert trainer.wait(30) == 0
+    log = (tmp_path / "p0.log").read_text()
+    assert "unreachable" in log and "is back" in log, log  # it said it waited for the restarted server
+
+
+def test_the_same_fleet_runs_on_three_hosts_and_on_one(hosts, tmp_path):
+    # the script's own comparison, short: both fleets play (rates are for the note, not asserted)
+    hosts.start("db", "db-host", netns.redis_argv(tmp_path), tmp_path / "redis.log")
+    hosts.python("trainer", f"from deploy.netns import wait_redis; wait_redis({netns.LAN_URL!r})")
+    spread = netns.fleet_rate(FAKE, 1, 3.0, hosts, tmp_path)
+    local = netns.fleet_rate(FAKE, 1, 3.0, None, tmp_path)
+    assert spread > 0 and local > 0
+    assert sys.executable  # the fleets ran this interpreter in every namespace
