@@ -61,7 +61,7 @@ import torch.nn as nn
 import tinyverse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the experiment is loaded by path: find its neighbour
-from wrappers import ActionSubset, FrameMemory, NoopReset, Preprocess, window_indices  # noqa: E402
+from wrappers import ActionSubset, FrameMemory, FrameSkip, NoopReset, Preprocess, window_indices  # noqa: E402
 
 # torch's default thread count made a DQN run 4x slower with several processes on 2 cores
 torch.set_num_threads(1)
@@ -71,17 +71,17 @@ gym.register_envs(ale_py)
 @dataclass
 class Args:
     env_id: str = "ALE/Pong-v5"
-    """the Atari game"""
+    """the game: an Atari one (ALE/...) or CarRacing-v3; it picks the defaults of the options left unset"""
     sticky_actions: float = 0.0
     """probability that the emulator repeats the previous action (0: PongNoFrameskip-v4; ALE v5's default 0.25)"""
-    noop_max: int = 30
-    """up to this many NOOPs at reset, so that greedy games differ"""
-    actions: str = "NOOP,RIGHT,LEFT"
-    """the game's actions the agent may use (Pong: stay, up, down; FIRE does nothing useful)"""
-    crop: str = "34,194,0,160"
-    """top,bottom,left,right of the 210x160 screen kept: Pong's field without the score"""
-    size: int = 80
-    """frames are area-downscaled to size x size (160 -> 80 is an exact 2x2 mean)"""
+    noop_max: int | None = None
+    """up to this many NOOPs at reset, so that greedy games differ (Atari: 30)"""
+    actions: str | None = None
+    """the game's actions the agent may use, names or ids (Pong: NOOP,RIGHT,LEFT: stay, up, down)"""
+    crop: str | None = None
+    """top,bottom,left,right of the screen kept (Pong: 34,194,0,160, the field without the score)"""
+    size: int | None = None
+    """frames are area-downscaled to size x size (Pong: 160 -> 80, an exact 2x2 mean)"""
     frame_skip: int = 4
     """emulator frames per agent step, repeated by ALE in C++"""
     window: int = 4
@@ -100,8 +100,8 @@ class Args:
     """weight of the value loss"""
     max_grad_norm: float = 0.5
     """gradient clipping (global L2 norm)"""
-    clip_rewards: bool = True
-    """train on sign(reward) (episode returns stay raw)"""
+    clip_rewards: bool | None = None
+    """train on sign(reward) (episode returns stay raw; Atari: true)"""
     vtrace: bool = True
     """correct for lag with V-trace (false: plain A2C, every importance weight taken as 1)"""
     rho_bar: float = 1.0
@@ -122,6 +122,21 @@ class Args:
     """the trainer samples among the newest sessions only"""
     max_reuse: float = 4.0
     """the pace: each recorded tick is trained on this many times on average"""
+
+    def __post_init__(self):
+        """Fill the options left unset from the game's defaults: the stored options are complete."""
+        for key, value in GAMES["CarRacing" if self.env_id.startswith("CarRacing") else "ALE"].items():
+            if getattr(self, key) is None:
+                setattr(self, key, value)
+
+
+GAMES = {
+    "ALE": dict(noop_max=30, actions="NOOP,RIGHT,LEFT", crop="34,194,0,160", size=80, clip_rewards=True),
+    # CarRacing's 96x96 colour frames: the road above the dashboard (84x84), halved to 42x42 grayscale; its 5
+    # discrete actions (continuous=False: nothing, left, right, gas, brake); rewards (-0.1 a frame, +1000/N a
+    # tile) kept as they are: their sign would weigh a tile as much as a frame
+    "CarRacing": dict(noop_max=0, actions="0,1,2,3,4", crop="0,84,6,90", size=42, clip_rewards=False),
+}
 
 
 def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias: float = 0.0) -> nn.Module:
@@ -220,17 +235,21 @@ class Atari(tinyverse.Experiment):
 
     def make_env(self, render_mode=None):
         a = self.args
-        env = gym.make(
-            a.env_id,
-            obs_type="grayscale",  # the emulator's own luminance: no NumPy work per frame
-            frameskip=a.frame_skip,
-            repeat_action_probability=a.sticky_actions,
-            render_mode=render_mode,
-        )
-        # ALE says 30 fps for any frame skip: one frame per agent step at 60/skip fps plays at real speed
-        env.metadata = {**env.metadata, "render_fps": 60 // a.frame_skip}
+        if a.env_id.startswith("CarRacing"):  # Box2D: discrete actions, and the action repeat is ours
+            env = FrameSkip(gym.make(a.env_id, continuous=False, render_mode=render_mode), a.frame_skip)
+        else:
+            env = gym.make(
+                a.env_id,
+                obs_type="grayscale",  # the emulator's own luminance: no NumPy work per frame
+                frameskip=a.frame_skip,
+                repeat_action_probability=a.sticky_actions,
+                render_mode=render_mode,
+            )
+            # ALE says 30 fps for any frame skip: one frame per agent step at 60/skip fps plays at real speed
+            env.metadata = {**env.metadata, "render_fps": 60 // a.frame_skip}
         top, bottom, left, right = (int(x) for x in a.crop.split(","))
-        env = ActionSubset(NoopReset(env, a.noop_max), a.actions.split(","))
+        actions = [int(x) if x.strip().isdigit() else x.strip() for x in a.actions.split(",")]
+        env = ActionSubset(NoopReset(env, a.noop_max), actions)
         env = Preprocess(env, crop=(top, bottom, left, right), size=(a.size, a.size))
         if a.max_episode_steps:
             env = gym.wrappers.TimeLimit(env, a.max_episode_steps)

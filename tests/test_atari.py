@@ -369,6 +369,22 @@ def test_the_game_and_its_actions_are_options():
         atari.make_experiment(None, atari.Args(actions="NOOP,JUMP")).make_env()
 
 
+def test_the_racing_game_goes_through_the_same_learner():
+    import atari
+
+    exp = atari.make_experiment(None, atari.Args(env_id="CarRacing-v3"))
+    assert (exp.args.size, exp.args.noop_max, exp.args.clip_rewards) == (42, 0, False)  # its defaults, stored
+    assert atari.Args().crop == "34,194,0,160" and atari.Args().clip_rewards  # Atari's unchanged
+    env = exp.make_env()
+    obs, _ = env.reset(seed=0)
+    assert env.action_space.n == 5 and obs.shape == (42, 42) and obs.dtype == np.uint8
+    rewards = [env.step(3)[1] for _ in range(3)]  # gas: 4 frames an agent step, -0.1 a frame, summed
+    assert all(-0.41 < r < 40 for r in rewards) and any(r != 0 for r in rewards)
+    actions, memory, outputs = exp.act(obs[None], exp.initial_memory(1))
+    assert actions.shape == (1,) and 0 <= actions[0] < 5 and outputs["logp"].shape == (1,)
+    env.close()
+
+
 # -- end to end through the CLI ---------------------------------------------------------------------------------------
 def test_pong_play_train_eval_with_video(tmp_path):
     import imageio.v2 as imageio
