@@ -63,8 +63,9 @@ random from ``noise_players`` (1: noise_std). Every session stores its player's 
 
 Targets: n-step returns (``n_step``, 1 by default) inside a session, never across an episode end: a
 terminated episode adds no bootstrap, a truncated one bootstraps from its final observation, and the last ticks
-of a session use the m < n steps left. Batches are ``batch_sessions`` sessions of ``session_length`` ticks:
-16 x 16 = 256 transitions, SB3's batch size (ticks of one session are consecutive, hence correlated).
+of a session use the m < n steps left (with n > 1, SAC's entropy bonus enters at the bootstrap state only).
+Batches are ``batch_sessions`` sessions of ``session_length`` ticks: 16 x 16 = 256 transitions, SB3's batch
+size (ticks of one session are consecutive, hence correlated).
 
 Pacing, as in examples/dqn.py: the loops hold ``replay_ratio`` trainer updates per env step
 (``updates_per_step``; SB3's train_freq 1 with gradient_steps 1, and the zoo's train_freq [1, episode] with
@@ -167,13 +168,15 @@ class Args:
     def __post_init__(self):
         """Fill the options left unset from the preset of (algo, env_id): the stored options are complete."""
         if self.algo not in ALGOS:
-            raise ValueError(f"algo {self.algo!r}: one of {', '.join(ALGOS)}")
+            raise tinyverse.TinyverseError(f"algo={self.algo}: choose one of {', '.join(ALGOS)}")
         if self.noise is None:
             self.noise = "none" if self.algo == "sac" else "gaussian"
         if self.noise not in NOISES:
-            raise ValueError(f"noise {self.noise!r}: one of {', '.join(NOISES)}")
+            raise tinyverse.TinyverseError(f"noise={self.noise}: choose one of {', '.join(NOISES)}")
         if self.algo == "sac" and self.noise != "none":
-            raise ValueError("sac explores by sampling its own policy: use noise=none")
+            raise tinyverse.TinyverseError(
+                f"noise={self.noise}: sac explores by sampling its own policy, use noise=none"
+            )
         for key, value in {**DEFAULTS[self.algo], **PRESETS.get((self.algo, self.env_id), {})}.items():
             if getattr(self, key) is None:
                 setattr(self, key, value)
