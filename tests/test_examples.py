@@ -12,7 +12,7 @@ from conftest import ROOT, run_cli
 from tinyverse.database import connect
 
 CARTPOLE = ["cartpole_dqn.py", "cartpole_numpy.py"]
-EXAMPLES = [*CARTPOLE, "dqn.py", "atari.py"]
+EXAMPLES = [*CARTPOLE, "dqn.py", "atari.py", "continuous.py"]
 
 
 def load(name: str):

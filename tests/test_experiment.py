@@ -212,6 +212,8 @@ OPTIONS = """
         def __post_init__(self):  # a preset, applied where the option was left at None
             if self.env_id == "short" and self.max_steps == 50:
                 self.max_steps = 5
+            if self.epsilon > 1:  # an example's own check of its options
+                raise ValueError(f"epsilon {{self.epsilon}} is not a probability")
 
 
     def make_experiment(db, args: Args):
@@ -285,6 +287,7 @@ def load_error_with(path, db, options) -> str:
         ({"epsilon": "0.1.2"}, ["epsilon='0.1.2'", "not a float"]),
         ({"greedy": "maybe"}, ["greedy='maybe'", "not a bool"]),
         ({"max_steps": "lots"}, ["max_steps", "lots"]),
+        ({"epsilon": "2"}, ["ValueError: epsilon 2.0 is not a probability"]),
     ],
 )
 def test_bad_options_are_one_line_errors(options_file, options, words):

@@ -212,7 +212,10 @@ def resolve_options(factory, path: str, db, given: dict[str, str]):
                     f"the run's first worker: drop --set {key}, {AFRESH}"
                 )
         chosen = {**stored, **chosen}
-    args = kind(**chosen)
+    try:
+        args = kind(**chosen)
+    except Exception as e:  # a check of the options' own (__post_init__)
+        raise ExperimentError(f"options of {path}: {type(e).__name__}: {e}") from None
     if db is not None and stored is None:
         resolved = dataclasses.asdict(args)
         if db.claim("options", resolved) != resolved:  # another worker stored first: adopt its options
