@@ -81,16 +81,23 @@ def progress(system: str, start: float, episodes: list[tuple], shown: float) -> 
 
 
 def run_tinyverse(
-    minutes: float, players: int, options: list[str], workdir: Path, sync_every: int = 1, trainers: int = 1
+    minutes: float,
+    players: int,
+    options: list[str],
+    workdir: Path,
+    sync_every: int = 1,
+    trainers: int = 1,
+    experiment: Path = ROOT / "examples" / "atari.py",
+    stop_at: float = THRESHOLDS[-1],
 ) -> tuple[list[tuple[float, float, int]], dict]:
     """``atari.py run``, or with ``sync_every`` > 1 a trainer and players started one by one (``play -s``).
 
     Returns the episodes (minutes, return, agent steps) and the trainer's mean lag metrics."""
     from tinyverse.database import connect
 
-    url = f"sqlite:///{workdir / 'pong.db'}"
+    url = f"sqlite:///{workdir / 'run.db'}"
     sets = [x for o in options for x in ("--set", o)]
-    base = [sys.executable, "-m", "tinyverse", str(ROOT / "examples" / "atari.py")]
+    base = [sys.executable, "-m", "tinyverse", str(experiment)]
     if sync_every == 1:
         fleet = ["--players", str(players), "--trainers", str(trainers)]
         argvs = [[*base, "run", "--db", url, *fleet, "--eval-episodes", "0", "-q", *sets]]
@@ -106,13 +113,14 @@ def run_tinyverse(
     try:
         while all(p.poll() is None for p in procs) and time.time() - start < minutes * 60:
             time.sleep(10)
-            db = db or (connect(url, "atari") if (workdir / "pong.db").exists() else None)
+            db = db or (connect(url, experiment.stem) if (workdir / "run.db").exists() else None)
             if db is None:
                 continue
             episodes = [((m["time"] - start) / 60, m["return"], m["steps"]) for m in db.metrics("episodes", 10**6)]
             episodes.sort()
             shown = progress("tinyverse", start, episodes, shown)
-            if reached(episodes)[f"{THRESHOLDS[-1]:g}"] is not None:
+            returns = [e[1] for e in episodes]
+            if len(returns) >= WINDOW and np.convolve(returns, np.ones(WINDOW) / WINDOW, "valid").max() >= stop_at:
                 break
     finally:
         for p in procs:
