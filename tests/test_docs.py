@@ -71,3 +71,6 @@ def test_help_texts_are_shown_as_they_are():
     assert cliref.escape("a *glob*, `x`, a|b, name_ and snake_case") == (
         r"a \*glob\*, \`x\`, a\|b, name\_ and snake_case"
     )
+    assert cliref.escape("shorthand for --db (-vv: debug), comma-separated, $TINYVERSE_DB") == (
+        "shorthand for ``--db`` (``-vv``: debug), comma-separated, ``$TINYVERSE_DB``"
+    )

@@ -17,11 +17,16 @@ from sphinx.util.nodes import nested_parse_with_titles
 from tinyverse.cli import build_parser
 
 SPECIAL = re.compile(r"([\\*`|])|(_)(?!\w)")  # reStructuredText markup that help texts may contain by chance
+CODE = re.compile(r"(?<![\w`])(--?[A-Za-z][\w-]*|\$[A-Z_]+)")  # flags and environment variables in help texts
 
 
 def escape(text: str) -> str:
-    """Plain text as reStructuredText that shows it as it is."""
-    return SPECIAL.sub(lambda m: "\\" + (m.group(1) or m.group(2)), text)
+    """Plain text as reStructuredText that shows it as it is, flags and $VARIABLES as code.
+
+    As code, ``--db`` keeps its two hyphens (plain text would turn them into a dash).
+    """
+    text = SPECIAL.sub(lambda m: "\\" + (m.group(1) or m.group(2)), text)
+    return CODE.sub(r"``\1``", text)
 
 
 def modes(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -49,7 +54,7 @@ def describe(action: argparse.Action) -> str:
     return text
 
 
-def usage(parser: argparse.ArgumentParser, width: int = 100) -> list[str]:
+def usage(parser: argparse.ArgumentParser, width: int = 80) -> list[str]:
     """The usage lines of ``--help``, wrapped at ``width`` whatever the terminal of the build."""
     formatter = parser.formatter_class(prog=parser.prog, width=width)
     formatter.add_usage(parser.usage, parser._actions, parser._mutually_exclusive_groups)
@@ -60,7 +65,8 @@ def reference(parser: argparse.ArgumentParser | None = None, heading: str = "-")
     """reStructuredText of ``python -m tinyverse`` and every mode: usage, description, options."""
     parser = parser or build_parser()
     lines = [escape(parser.description or ""), "", ".. code-block:: text", ""]
-    lines += ["   " + line for line in usage(parser)] + ["", escape(parser.epilog or ""), ""]
+    lines += ["   " + line for line in usage(parser)] + [""]
+    lines += [".. code-block:: text", "", "   " + parser.epilog, ""] if parser.epilog else []  # "example: ..."
     lines += [".. program:: tinyverse", ""] + options(parser)
     for name, mode in modes(parser).items():
         lines += [name, heading * len(name), "", escape(mode.description or ""), "", ".. code-block:: text", ""]
