@@ -11,6 +11,11 @@ from nbclient import NotebookClient
 import tinyverse
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "workbench.ipynb"
+STRIP = (  # how to strip a notebook saved with its outputs
+    "python -c \"import nbformat as n; nb = n.read('workbench.ipynb', 4); "
+    "[c.update(outputs=[], execution_count=None) for c in nb.cells if c.cell_type == 'code']; "
+    "n.write(nb, 'workbench.ipynb')\""
+)
 SECONDS = "20"  # training time in the test: enough for sessions, updates and a published params version
 
 
@@ -19,8 +24,8 @@ def test_the_committed_notebook_has_no_outputs():
     nbformat.validate(nb)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert code, "no code cells"
-    assert [c.outputs for c in code] == [[]] * len(code), "strip the outputs before committing"
-    assert all(c.execution_count is None for c in code), "strip the execution counts before committing"
+    assert [c.outputs for c in code] == [[]] * len(code), f"strip the outputs before committing: {STRIP}"
+    assert all(c.execution_count is None for c in code), f"strip the execution counts before committing: {STRIP}"
 
 
 def text_of(cell) -> str:
