@@ -27,10 +27,10 @@ effect can be measured (``bench/dqn.py --ablate``):
   lone player uses ``eps_end``, and many span eps_end ** 0.22 .. eps_end ** 1.78 (0.49 .. 0.003
   for CartPole's 0.04; Ape-X's 360 actors spanned 0.4 .. 0.0007). Ape-X's own formula,
   0.4 ** (1 + 7 i / (n - 1)), gave one of 2 players epsilon 0.4 (half the data 40% random); with
-  it 2 players took about 2x the time of one to solve CartPole (``bench/dqn.py``). i and n come from TINYVERSE_WORKER_INDEX /
-  TINYVERSE_WORKER_COUNT that ``run`` sets (a random i of ``apex_players`` when unset). Epsilon
-  decays linearly from ``eps_start`` to eps_i with trainer updates and is stored with every
-  session (``info.epsilon``).
+  it 2 players took about 2x the time of one to solve CartPole (``bench/dqn.py``). i and n come
+  from TINYVERSE_WORKER_INDEX / TINYVERSE_WORKER_COUNT that ``run`` sets (a random i of
+  ``apex_players`` when unset). Epsilon decays linearly from ``eps_start`` to eps_i with trainer
+  updates and is stored with every session (``info.epsilon``).
 
 Prioritized replay lives in the TRAINER, not the database. Many players write, one trainer samples,
 and only the trainer knows TD errors: keeping priorities next to it costs no round trip per update,
