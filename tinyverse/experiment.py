@@ -137,7 +137,7 @@ def load_experiment(path: str, db=None, options: dict[str, str] | None = None) -
     """Import the experiment file at ``path`` and call its ``make_experiment(db[, args])``.
 
     ``options`` (``--set`` name=value strings) fill the dataclass that
-    ``make_experiment`` takes; see :func:`resolve_options`.
+    ``make_experiment`` takes; see :func:`~tinyverse.experiment.resolve_options`.
     """
     file = Path(path)
     if not file.is_file():

@@ -37,7 +37,7 @@ def play(
 
     Runs ``sessions`` rounds (for ever if None), checks the params version
     every ``sync_every`` rounds, seeds random-init params when none are stored,
-    and waits before a round while it is ahead of the trainers (:class:`Pace`);
+    and waits before a round while it is ahead of the trainers (:class:`~tinyverse.workers.Pace`);
     with ``sync_every`` 1 it keeps loading the newest params while it waits.
     ``buffer_size`` changes the capacity of the database. Returns the number of
     sessions stored.

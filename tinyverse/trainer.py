@@ -100,7 +100,7 @@ def train(
     """Train on batches of ``batch_size`` sessions for ``steps`` updates (for ever if None).
 
     Resumes from stored params (never overwrites them with a random init), keeps
-    the experiment's pace (:class:`Pace`), publishes every ``save_every`` updates,
+    the experiment's pace (:class:`~tinyverse.workers.Pace`), publishes every ``save_every`` updates,
     when it starts to wait for players, and on SIGINT/SIGTERM, as a delta merged
     with other trainers' (:class:`~tinyverse.params.Publisher`: ``push_coef``,
     ``sync``, ``push_only``). ``buffer_size`` changes the capacity of the
