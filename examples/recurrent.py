@@ -1,0 +1,404 @@
+"""Memory: a recurrent (GRU) actor-critic, trained on-policy with V-trace and PPO's clip (PyTorch, one file).
+
+    python -m tinyverse recurrent.py run                     # CartPole seeing position and angle only
+    python -m tinyverse recurrent.py run --set net=ff        # the same learner with 1 frame and no memory
+    python -m tinyverse recurrent.py run --set env_id=VizdoomHealthGathering-v1   # or VizdoomDefendCenter-v1
+    python -m tinyverse recurrent.py run --set env_id=VizdoomDefendCenter-v1 --set net=ff --set window=4
+    python -m tinyverse recurrent.py eval -n 5               # greedy episodes, an mp4 each in ./records
+
+The agent's memory is a GRU's hidden state ``h``. Players keep it per
+environment, reset it to zeros when an episode ends (``initial_memory``), and
+the core stores it before every session's first tick (``memory.h``, (B, H)).
+The trainer unrolls each session from that stored state, resetting it to
+zeros before the first tick of every episode that starts inside the session
+(``unroll``): with the same params it recomputes exactly what the player
+computed, tick for tick (``tests/test_recurrent.py`` checks the recorded
+log-probabilities against the trainer's).
+
+Stale state: the stored ``h`` was computed by the params that played, which
+are a few updates older than the trainer's. R2D2 (Kapturowski et al. 2019,
+https://openreview.net/forum?id=r1lyTjAqYX) compares replaying from the
+stored state with a "burn-in" of the first ticks (unrolled without a loss, to
+let the current params warm the state up). Here the stored state is replayed
+as is (``burn_in`` = 0 by default) because the learner is on-policy with a
+lag correction: sessions are sampled among the newest ``recent_sessions``,
+so the state is at most a few params versions old (R2D2's replay holds
+states millions of updates old), and what staleness there is shows up where
+V-trace already looks: the trainer's policy on the replayed state against
+the player's recorded probabilities (``rho_mean``, ``rho_clipped``). A
+burn-in would also cost a part of each 25-tick session's loss.
+``--set burn_in=K`` unrolls the first K ticks without a gradient and without a
+loss, as R2D2 does, for comparison.
+
+The learner is the one of ``examples/atari.py`` (APPO: PPO's clipped
+surrogate on V-trace advantages, cut at episode ends, bootstrapped from
+truncated episodes' last observations; the pace holds ``max_reuse`` uses of
+every recorded tick), written again here so that this file runs without
+ale-py. Recurrent DQN (R2D2) was the other road; on-policy was chosen because
+its data are fresh by construction (the stale-state problem stays small) and
+because it is the learner already measured in this project. Rewards are
+scaled for training (``reward_scale``): CartPole's +1 a step is worth up to 100
+with gamma 0.99, and unscaled the value loss's gradient took all of the clipped
+norm (``max_grad_norm``): the masked-CartPole GRU did not learn in 260k steps,
+where with 0.1 its greedy eval reached 500 after 150k.
+
+Environments: CartPole (default) sees only the cart's position and the pole's
+angle (``keep``, ``wrappers.ObservationSubset``): one frame cannot tell which
+way the pole moves, so a feedforward policy on 1 frame (``--set net=ff``)
+cannot balance it for long, while the GRU can (``bench/recurrent.py``).
+ViZDoom's scenarios (``env_id`` starting with ``Vizdoom``) are played at
+160x120, ``frame_skip`` tics an agent step (repeated by ViZDoom in C++), the
+no-op action dropped (``actions``), the screen cropped below the ceiling and
+downscaled 2x to 48x80 in colour (``wrappers.DoomScreen`` + ``Preprocess``):
+colour tells medkits from the green acid floor and monsters from walls that
+luminance alone renders alike. ``window`` > 1 stacks the last frames
+(``--set net=ff --set window=4``: the window-only feedforward baseline).
+"""
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+
+import tinyverse
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the experiment is loaded by path: find its neighbour
+from wrappers import ActionSubset, DoomScreen, ObservationSubset, Preprocess, window_indices  # noqa: E402
+
+# torch's default thread count made a DQN run 4x slower with several processes on 2 cores
+torch.set_num_threads(1)
+
+
+@dataclass
+class Args:
+    env_id: str = "CartPole-v1"
+    """the Gymnasium environment: a vector game, or a ViZDoom scenario (VizdoomHealthGathering-v1, ...)"""
+    keep: str | None = None
+    """vector games: comma-separated observation components the agent sees (None: CartPole-v1 keeps 0,2,
+    position and angle; other games all)"""
+    net: str = "gru"
+    """gru: a GRU's hidden state is the agent's memory; ff: feedforward, it sees only its window of frames"""
+    window: int = 1
+    """observations the agent sees at once (the current one and window-1 previous ones, kept as memory)"""
+    hidden: int | None = None
+    """units of the encoder and the GRU (None: 64 for vector games, 256 for images)"""
+    burn_in: int = 0
+    """R2D2's burn-in: the first ticks of each session only warm the stored state up (no gradient, no loss)"""
+    actions: str | None = None
+    """comma-separated action ids the agent may use (None: all; ViZDoom: 1,2,3, no no-op)"""
+    frame_skip: int = 4
+    """ViZDoom: game tics per agent step (the action is repeated by ViZDoom, rewards summed)"""
+    crop: str = "24,120,0,160"
+    """ViZDoom: top,bottom,left,right of the 160x120 screen kept (the ceiling carries nothing)"""
+    size: str = "48,80"
+    """ViZDoom: height,width the cropped screen is area-downscaled to"""
+    grayscale: bool = False
+    """ViZDoom: luminance only instead of colour"""
+    max_episode_steps: int | None = None
+    """truncate episodes after this many agent steps (None: the game's own limit)"""
+    reward_scale: float | None = None
+    """rewards are multiplied by this for training (None: CartPole 0.1, VizdoomHealthGathering 0.01, else 1)"""
+    learning_rate: float = 1e-3
+    """Adam step size"""
+    gamma: float = 0.99
+    """discount factor"""
+    lam: float = 0.95
+    """V-trace's lambda: how far value targets look ahead (1: to the session's end)"""
+    ent_coef: float = 0.01
+    """entropy bonus"""
+    vf_coef: float = 0.5
+    """weight of the value loss"""
+    max_grad_norm: float = 0.5
+    """gradient clipping (global L2 norm)"""
+    clip: float = 0.2
+    """PPO's clip of the ratio to the player's policy"""
+    rho_bar: float = 1.0
+    """clip of V-trace's importance weights in the TD errors"""
+    c_bar: float = 1.0
+    """clip of V-trace's importance weights that carry TD errors back in time"""
+    session_length: int = 25
+    """ticks a player records per session"""
+    batch_ticks: int = 400
+    """ticks an update trains on: train_batch_size = batch_ticks / session_length sessions (train -b overrides)"""
+    recent_sessions: int = 64
+    """the trainer samples among the newest sessions only"""
+    max_reuse: float = 8.0
+    """the pace: each recorded tick is trained on this many times on average"""
+
+    def __post_init__(self):
+        doom = self.env_id.startswith("Vizdoom")
+        if self.keep is None and self.env_id == "CartPole-v1":
+            self.keep = "0,2"
+        if self.actions is None and doom:
+            self.actions = "1,2,3"
+        if self.hidden is None:
+            self.hidden = 256 if doom else 64
+        if self.reward_scale is None:
+            presets = {"CartPole": 0.1, "VizdoomHealthGathering": 0.01}
+            self.reward_scale = next((v for k, v in presets.items() if self.env_id.startswith(k)), 1.0)
+        assert self.net in ("gru", "ff"), f"net {self.net!r}: gru or ff"
+        assert self.window >= 1 and 0 <= self.burn_in < self.session_length
+
+
+def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias: float = 0.0) -> nn.Module:
+    """Orthogonal init as in OpenAI baselines / CleanRL."""
+    nn.init.orthogonal_(layer.weight, std)
+    nn.init.constant_(layer.bias, bias)
+    return layer
+
+
+class Agent(nn.Module):
+    """An encoder of the window of observations, a GRU cell (``net`` gru) and policy and value heads.
+
+    Vector observations go through one dense layer; images (uint8, (H, W) or
+    (H, W, C)) through the A3C paper's two convolutions and a dense layer.
+    """
+
+    def __init__(self, obs_shape: tuple[int, ...], window: int, n_actions: int, net: str, hidden: int):
+        super().__init__()
+        self.image = len(obs_shape) >= 2
+        if self.image:
+            channels = window * (obs_shape[2] if len(obs_shape) == 3 else 1)
+            convs = [layer_init(nn.Conv2d(channels, 16, 8, 4)), nn.ReLU(), layer_init(nn.Conv2d(16, 32, 4, 2))]
+            self.encoder = nn.Sequential(*convs, nn.ReLU(), nn.Flatten())
+            n_flat = self.encoder(torch.zeros(1, channels, *obs_shape[:2])).shape[1]
+        else:
+            self.encoder, n_flat = nn.Sequential(nn.Flatten()), window * int(np.prod(obs_shape))
+        self.encoder.append(layer_init(nn.Linear(n_flat, hidden)))
+        self.encoder.append(nn.ReLU())
+        self.core = nn.GRUCell(hidden, hidden) if net == "gru" else None
+        self.policy = layer_init(nn.Linear(hidden, n_actions), std=0.01)
+        self.value = layer_init(nn.Linear(hidden, 1), std=1.0)
+
+    def encode(self, windows: torch.Tensor) -> torch.Tensor:
+        """(N, K, *obs_shape) windows -> (N, hidden) features."""
+        if self.image:
+            x = windows.float() / 255.0
+            if x.dim() == 5:  # (N, K, H, W, C) -> (N, K*C, H, W)
+                x = x.permute(0, 1, 4, 2, 3).flatten(1, 2)
+            return self.encoder(x)
+        return self.encoder(windows.float())
+
+    def step(self, features: torch.Tensor, h: torch.Tensor | None) -> torch.Tensor:
+        """The state after one tick: the GRU's new hidden state, or the features themselves (feedforward)."""
+        return features if self.core is None else self.core(features, h)
+
+    def heads(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.policy(state), self.value(state).squeeze(-1)
+
+
+def unroll(step, features: torch.Tensor, h0: torch.Tensor, ended: torch.Tensor, burn_in: int = 0) -> torch.Tensor:
+    """The states after every tick of B sessions, (B, T+1, H), as the players computed them.
+
+    ``features`` (B, T+1, H): the encoded window of each tick 0..T; ``h0``
+    (B, H): the stored state before tick 0; ``ended`` (B, T): an episode ended
+    at tick t, so the state is reset to zeros before tick t+1, as a player
+    resets its memory to ``initial_memory``. ``step(features, h)`` is one tick
+    (``Agent.step``). With ``burn_in`` K the first K ticks run without a
+    gradient, so the state that leaves them is a constant (R2D2's burn-in).
+    """
+    keep = (~ended).to(features.dtype)[..., None]
+    h, states = h0, []
+    for t in range(features.shape[1]):
+        if t:
+            h = h * keep[:, t - 1]
+        with torch.set_grad_enabled(torch.is_grad_enabled() and t >= burn_in):
+            h = step(features[:, t], h)
+        states.append(h)
+    return torch.stack(states, 1)
+
+
+@torch.no_grad()
+def vtrace(behaviour_logp, target_logp, rewards, values, next_values, ended, gamma, rho_bar=1.0, c_bar=1.0, lam=1.0):
+    """V-trace value targets ``vs`` and the policy gradient's Q estimates ``qs`` for (B, T) sessions.
+
+    ``values[:, t]`` = V(x_t); ``next_values[:, t]`` = the value of what followed
+    tick t (0 where the episode terminated, its final observation's where it
+    was truncated); nothing flows back across ``ended``. Espeholt et al. 2018,
+    https://arxiv.org/abs/1802.01561, with Retrace's lambda in the traces.
+    """
+    ratios = (target_logp - behaviour_logp).exp()
+    rho, c = ratios.clamp(max=rho_bar), lam * ratios.clamp(max=c_bar)
+    deltas = rho * (rewards + gamma * next_values - values)
+    carry = gamma * c * (~ended)
+    corrections, running = torch.zeros_like(deltas), torch.zeros_like(deltas[:, 0])
+    for t in reversed(range(deltas.shape[1])):
+        running = deltas[:, t] + carry[:, t] * running
+        corrections[:, t] = running
+    vs = values + corrections
+    next_vs = torch.cat([torch.where(ended[:, :-1], next_values[:, :-1], vs[:, 1:]), next_values[:, -1:]], 1)
+    return vs, rewards + gamma * next_vs
+
+
+class Recurrent(tinyverse.Experiment):
+    buffer_size = 2000  # sessions: the trainer reads the newest `recent_sessions` only
+    play_batch_size = 8  # environments a player runs at once: one forward for all of them
+    save_every = 10  # updates between publications: players act with fresh params
+
+    def __init__(self, db=None, args: Args | None = None):
+        super().__init__(db)
+        self.args = a = args or Args()
+        env = self.make_env()
+        assert isinstance(env.action_space, gym.spaces.Discrete), "only discrete actions"
+        self.obs_space = env.observation_space
+        self.net = Agent(self.obs_space.shape, a.window, int(env.action_space.n), a.net, a.hidden)
+        env.close()
+        self.device = torch.device("cpu")  # players act on the CPU; prepare_training picks the trainer's
+        self.session_length = a.session_length
+        self.train_batch_size = max(1, round(a.batch_ticks / a.session_length))
+        self.updates_per_step = a.max_reuse / (self.train_batch_size * self.session_length)
+        self.pace_slack = a.recent_sessions * self.session_length // 2  # players never outrun what is sampled
+
+    def make_env(self, render_mode=None):
+        a = self.args
+        if a.env_id.startswith("Vizdoom"):
+            from vizdoom import gymnasium_wrapper  # noqa: F401  (registers the Vizdoom* ids)
+
+            env = gym.make(a.env_id, frame_skip=a.frame_skip, render_mode=render_mode, screen_resolution="RES_160X120")
+            top, bottom, left, right = (int(x) for x in a.crop.split(","))
+            size = tuple(int(x) for x in a.size.split(","))
+            env = Preprocess(DoomScreen(env), (top, bottom, left, right), size, a.grayscale)
+        else:
+            env = gym.make(a.env_id, render_mode=render_mode)
+            if a.keep and a.keep != "all":
+                env = ObservationSubset(env, [int(x) for x in a.keep.split(",")])
+        if a.actions:
+            env = ActionSubset(env, [int(x) for x in a.actions.split(",")])
+        if a.max_episode_steps:
+            env = gym.wrappers.TimeLimit(env, a.max_episode_steps)
+        return env
+
+    # -- players ----------------------------------------------------------------
+    def initial_memory(self, batch_size):
+        a, space = self.args, self.obs_space
+        memory = {}
+        if a.window > 1:  # the previous window-1 observations, zeros before the episode's first
+            memory["frames"] = np.zeros((batch_size, a.window - 1, *space.shape), space.dtype)
+        if a.net == "gru":
+            memory["h"] = np.zeros((batch_size, a.hidden), np.float32)
+        return memory
+
+    @torch.no_grad()
+    def act(self, observations, memory, greedy=False):
+        window = np.asarray(observations)[:, None]
+        if "frames" in memory:
+            window = np.concatenate([memory["frames"], window], axis=1)
+        h = torch.from_numpy(memory["h"]) if "h" in memory else None
+        state = self.net.step(self.net.encode(torch.from_numpy(window)), h)
+        logp = self.net.heads(state)[0].log_softmax(1)
+        actions = logp.argmax(1) if greedy else torch.multinomial(logp.exp(), 1)[:, 0]
+        new = {"frames": window[:, 1:]} if "frames" in memory else {}
+        if h is not None:
+            new["h"] = state.numpy()
+        return actions.numpy(), new, {"logp": logp.gather(1, actions[:, None])[:, 0].numpy()}
+
+    # -- trainer ----------------------------------------------------------------
+    def prepare_training(self):
+        device = os.environ.get("TINYVERSE_DEVICE", "auto")  # per process: not an option
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        assert not device.startswith("cuda") or torch.cuda.is_available(), f"device {device} but no CUDA device"
+        self.device = torch.device(device)
+        self.net.to(self.device)
+        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=self.args.learning_rate, eps=1e-5)
+
+    def sample(self, db, batch_size):
+        # the newest sessions only, and how many params versions behind the current ones each was played
+        lo, hi = db.session_range()
+        lo = max(lo, hi - max(self.args.recent_sessions, batch_size) + 1)
+        if hi - lo + 1 < batch_size:
+            return {}
+        ids = np.random.default_rng().choice(np.arange(lo, hi + 1), batch_size, replace=False)
+        batch = db.get_batch(ids.tolist())
+        if batch:
+            batch["policy_lag"] = (db.params_version() or 0) - batch["version"]
+        return batch
+
+    def forward(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Logits (B, T+1, A) and values (B, T+1) of every tick, unrolled from the stored state, and the
+        value (B, T) of what followed each tick: V(x_t+1), the final observation's where an episode was
+        truncated, 0 where it terminated."""
+        d, k = self.device, self.args.window
+        terminated, truncated = batch["terminated"], batch["truncated"]
+        B, T = terminated.shape
+        idx, final_idx = window_indices(terminated, truncated, k)
+        obs = torch.from_numpy(batch["observations"]).to(d)
+        frames = batch.get("memory.frames", np.zeros((B, 0, *obs.shape[2:]), batch["observations"].dtype))
+        seq = [torch.zeros_like(obs[:, :1]), torch.from_numpy(frames).to(d), obs]
+        seq = torch.cat([*seq, torch.from_numpy(batch["final_observations"]).to(d)], dim=1)
+        rows = torch.arange(B, device=d)[:, None, None]
+        features = self.net.encode(seq[rows, torch.from_numpy(idx).to(d)].flatten(0, 1)).view(B, T + 1, -1)
+        ended = torch.from_numpy(terminated | truncated).to(d)
+        if self.net.core is None:
+            states = features
+        else:
+            h0 = torch.from_numpy(batch["memory.h"]).to(d)
+            states = unroll(self.net.step, features, h0, ended, self.args.burn_in)
+        logits, values = self.net.heads(states)
+        with torch.no_grad():
+            next_values = values[:, 1:].clone()  # after an episode end this is the next episode's start...
+            b, t = np.nonzero(truncated & ~terminated)
+            if len(b):  # ...so a truncated episode bootstraps from one more tick on its final observation
+                bt = torch.from_numpy(b).to(d), torch.from_numpy(t).to(d)
+                final = self.net.encode(seq[bt[0][:, None], torch.from_numpy(final_idx[b, t]).to(d)])
+                next_values[bt] = self.net.heads(self.net.step(final, states[bt]))[1]
+            next_values[torch.from_numpy(terminated).to(d)] = 0.0  # and a terminated one does not
+        return logits, values, next_values
+
+    def train_step(self, batch):
+        a, d = self.args, self.device
+        T, k = batch["rewards"].shape[1], a.burn_in
+        logits, values, next_values = self.forward(batch)
+        logp_all = logits[:, :T].log_softmax(-1)
+        actions = torch.from_numpy(batch["actions"]).to(d).long()
+        logp = logp_all.gather(-1, actions[..., None])[..., 0]
+        recorded = torch.from_numpy(batch["outputs.logp"]).to(d)
+        with torch.no_grad():
+            rewards = torch.from_numpy(batch["rewards"]).to(d) * a.reward_scale
+            ended = torch.from_numpy(batch["terminated"] | batch["truncated"]).to(d)
+            ratios = (logp - recorded).exp()
+            vs, qs = vtrace(
+                recorded, logp, rewards, values[:, :T], next_values, ended, a.gamma, a.rho_bar, a.c_bar, a.lam
+            )
+            advantages = (qs - values[:, :T])[:, k:]
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        ratio = (logp - recorded).exp()[:, k:]  # the loss leaves out the burn-in's ticks
+        surrogate = torch.min(ratio * advantages, ratio.clamp(1 - a.clip, 1 + a.clip) * advantages)
+        pg_loss = -surrogate.mean()
+        value_loss = 0.5 * ((vs - values[:, :T]) ** 2)[:, k:].mean()
+        entropy = -(logp_all.exp() * logp_all).sum(-1)[:, k:].mean()
+        loss = pg_loss + a.vf_coef * value_loss - a.ent_coef * entropy
+        self.optimizer.zero_grad()
+        loss.backward()
+        grad_norm = nn.utils.clip_grad_norm_(self.net.parameters(), a.max_grad_norm)
+        self.optimizer.step()
+        return {
+            "loss": loss.item(),
+            "pg_loss": pg_loss.item(),
+            "value_loss": value_loss.item(),
+            "entropy": entropy.item(),
+            "grad_norm": grad_norm.item(),
+            "value": values.mean().item(),
+            "rho_mean": ratios.mean().item(),
+            "rho_clipped": (ratios > a.rho_bar).float().mean().item(),
+            # the first tick's ratio against the rest: how much a stale stored state adds to the lag
+            "rho_dev_first": (ratios[:, 0] - 1).abs().mean().item(),
+            "rho_dev_rest": (ratios[:, 1:] - 1).abs().mean().item(),
+            "policy_lag": float(batch["policy_lag"].mean()) if "policy_lag" in batch else 0.0,
+        }
+
+    # -- params -----------------------------------------------------------------
+    def get_params(self):
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.net.state_dict().items()}
+
+    def set_params(self, params):
+        self.net.load_state_dict({k: torch.from_numpy(params[k]) for k in self.net.state_dict()})
+
+
+def make_experiment(db, args: Args):
+    return Recurrent(db, args)
