@@ -219,3 +219,55 @@ def window_indices(terminated: np.ndarray, truncated: np.ndarray, k: int) -> tup
     final = np.where(frame[:, 1:] >= start[:, :-1, None], frame[:, 1:] + k, 0)
     final[:, :, -1] = k + T + 1 + np.arange(T)
     return idx, final
+
+
+class ObservationSubset(gym.ObservationWrapper):
+    """Observe only some components of a vector observation, e.g. CartPole's position and angle (``[0, 2]``).
+
+    Masking CartPole's velocities makes it a partially observed game: one
+    observation no longer tells where the pole is going, a memory of the
+    previous ones does.
+    """
+
+    def __init__(self, env: gym.Env, keep: Sequence[int]):
+        super().__init__(env)
+        space = env.observation_space
+        assert isinstance(space, gym.spaces.Box) and len(space.shape) == 1, "only vector observations"
+        self.keep = np.array(keep, dtype=np.int64)
+        assert len(self.keep) and all(0 <= i < space.shape[0] for i in self.keep), f"keep {keep} out of {space}"
+        self.observation_space = gym.spaces.Box(space.low[self.keep], space.high[self.keep], dtype=space.dtype)
+
+    def observation(self, obs: np.ndarray) -> np.ndarray:
+        return np.asarray(obs)[self.keep]
+
+
+class DoomScreen(gym.Wrapper):
+    """ViZDoom's Gymnasium environments as a plain image game: the screen only, and timeouts as truncations.
+
+    ViZDoom observes a dict (``screen`` (H, W, 3) uint8, ``gamevariables``);
+    this keeps the screen, which ``Preprocess`` then crops and downscales like
+    any frame. At the scenario's timeout ViZDoom reports ``terminated`` and
+    ``truncated`` both: the episode was cut, not lost, so this reports it
+    truncated only (a learner then bootstraps from its last frame), unless the
+    player died on that very step. The frame after the episode's end is black
+    in ViZDoom (there is no state); ``render_fps`` is per agent step, so a
+    video of a run with ``frame_skip`` plays at the game's speed.
+    """
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        space = env.observation_space
+        assert isinstance(space, gym.spaces.Dict) and "screen" in space.spaces, "a ViZDoom env observes a screen"
+        self.observation_space = space["screen"]
+        skip = getattr(env.unwrapped, "frame_skip", 1)
+        self.metadata = {**env.metadata, "render_fps": max(1, round(env.metadata.get("render_fps", 35) / skip))}
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return obs["screen"], info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if truncated and terminated:
+            terminated = bool(self.env.unwrapped.game.is_player_dead())
+        return obs["screen"], reward, terminated, truncated, info
