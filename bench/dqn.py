@@ -98,12 +98,14 @@ ABLATIONS = {  # name: --set options of examples/dqn.py
 def evaluate(policy, env_id: str, seed: int, episodes: int = 10) -> float:
     """Mean return of ``episodes`` greedy episodes; ``policy`` maps a batch of observations to actions."""
     env = gym.make(env_id)
+    discrete = isinstance(env.action_space, gym.spaces.Discrete)  # else a Box: the action array as it is
     returns = []
     for ep in range(episodes):
         obs, _ = env.reset(seed=10_000 + 100 * seed + ep)
         total, done = 0.0, False
         while not done:
-            obs, reward, terminated, truncated, _ = env.step(int(policy(obs[None])[0]))
+            action = policy(obs[None])[0]
+            obs, reward, terminated, truncated, _ = env.step(int(action) if discrete else action)
             total += float(reward)
             done = terminated or truncated
         returns.append(total)
@@ -119,9 +121,11 @@ class Tracker:
     neither system is charged for (or helped by) evaluation.
     """
 
-    def __init__(self, env_id: str, env_seed: int, pause=(), started: float | None = None):
+    def __init__(
+        self, env_id: str, env_seed: int, pause=(), started: float | None = None, threshold: float | None = None
+    ):
         self.env_id, self.env_seed, self.pause = env_id, env_seed, pause
-        self.threshold, self.paused = SOLVED[env_id], 0.0
+        self.threshold, self.paused = SOLVED[env_id] if threshold is None else threshold, 0.0
         self.started = time.monotonic() if started is None else started
         self.solved_s = self.solved_steps = None
         self.evals: list[tuple[float, int, float]] = []
@@ -146,13 +150,20 @@ class Tracker:
 
 def run_sb3(env_id: str, seed: int, budget_s: float, stop_solved: bool = False, steps: int | None = None) -> dict:
     from stable_baselines3 import DQN
-    from stable_baselines3.common.callbacks import BaseCallback
 
     hp = dict(ZOO[env_id])
     zoo_total = hp.pop("n_timesteps")
     total = steps or zoo_total
     hp["exploration_fraction"] *= zoo_total / total  # the same decay in env steps as RL-Zoo's
-    every = EVAL_EVERY[env_id]
+    model = DQN("MlpPolicy", env_id, seed=seed, policy_kwargs=dict(net_arch=[256, 256]), device="cpu", **hp)
+    return learn_sb3(model, env_id, seed, total, EVAL_EVERY[env_id], budget_s, stop_solved)
+
+
+def learn_sb3(
+    model, env_id, seed, total, every, budget_s, stop_solved, system="sb3", threshold: float | None = None
+) -> dict:
+    """Train a built SB3 ``model`` for ``total`` env steps (or ``budget_s``), evaluating every ``every``; its row."""
+    from stable_baselines3.common.callbacks import BaseCallback
 
     class Eval(BaseCallback):
         def _on_step(self) -> bool:
@@ -162,14 +173,13 @@ def run_sb3(env_id: str, seed: int, budget_s: float, stop_solved: bool = False, 
                     return False
             return tracker.clock() < budget_s
 
-    model = DQN("MlpPolicy", env_id, seed=seed, policy_kwargs=dict(net_arch=[256, 256]), device="cpu", **hp)
     policy = lambda obs: model.predict(obs, deterministic=True)[0]  # noqa: E731
-    tracker = Tracker(env_id, seed)
+    tracker = Tracker(env_id, seed, threshold=threshold)
     model.learn(total_timesteps=total, callback=Eval())
     wall = tracker.clock()
     if not tracker.evals or tracker.evals[-1][1] != model.num_timesteps:
         tracker.evaluate(model.num_timesteps, policy)
-    return result("sb3", env_id, seed, 1, "-", tracker, model.num_timesteps, wall)
+    return result(system, env_id, seed, 1, "-", tracker, model.num_timesteps, wall)
 
 
 def run_tinyverse(
@@ -182,16 +192,27 @@ def run_tinyverse(
     max_steps: int | None = None,
     extra: list[tuple[str, str]] = (),
     trainers: int = 1,
+    *,
+    experiment: Path = DQN_FILE,
+    options: dict[str, str] | None = None,
+    eval_every: int | None = None,
+    threshold: float | None = None,
 ) -> dict:
+    """One run of ``experiment`` (default examples/dqn.py), its row labelled ``config``.
+
+    Every process gets ``--set`` env_id, seed, ``options`` (default: the ablation ``config``'s switches), then
+    ``extra``; ``eval_every`` and ``threshold`` default to this file's ``EVAL_EVERY`` and ``SOLVED``.
+    """
     workdir = Path(tempfile.mkdtemp(prefix="tinyverse-bench-dqn-"))
     url = f"sqlite:///{workdir / 'bench.db'}"
-    options = {"env_id": env_id, "seed": str(seed), **ABLATIONS[config], **dict(extra)}
+    chosen = ABLATIONS[config] if options is None else options
+    options = {"env_id": env_id, "seed": str(seed), **chosen, **dict(extra)}
     sets = [a for k, v in options.items() for a in ("--set", f"{k}={v}")]
-    total, every = max_steps or ZOO[env_id]["n_timesteps"], EVAL_EVERY[env_id]
-    base = [sys.executable, "-m", "tinyverse", str(DQN_FILE)]
+    total, every = max_steps or ZOO[env_id]["n_timesteps"], eval_every or EVAL_EVERY[env_id]
+    base = [sys.executable, "-m", "tinyverse", str(experiment)]
     common = ["--db", url, "--prefix", "bench", "-q", *sets]  # every process: any may store the options first
     env = dict(os.environ)
-    exp = load_experiment(str(DQN_FILE), None, options)  # this process's copy, for evaluation
+    exp = load_experiment(str(experiment), None, options)  # this process's copy, for evaluation
     T = exp.session_length
     names = [*(f"trainer-{i}" for i in range(trainers)), *(f"player-{i}" for i in range(players))]
     logs = [open(workdir / f"{name}.log", "wb") for name in names]
@@ -205,7 +226,7 @@ def run_tinyverse(
         argv = [*base, "play", "--seed", str(1000 * seed + i), *common]
         procs.append(subprocess.Popen(argv, env={**env, **worker}, stdout=logs[trainers + i], stderr=subprocess.STDOUT))
     db = connect(url, "bench", retry_for=30)
-    tracker, next_eval, steps, version = Tracker(env_id, seed, procs, started), every, 0, None
+    tracker, next_eval, steps, version = Tracker(env_id, seed, procs, started, threshold), every, 0, None
 
     def policy(obs):
         return exp.act(obs, {}, greedy=True)[0]
@@ -268,7 +289,17 @@ def result(system, env_id, seed, players, config, tracker: Tracker, steps: int, 
     }
 
 
-def show(rows: list[dict]) -> None:
+def table(head: list[str], cells: list[list[str]]) -> None:
+    """Print a Markdown table: ``head`` left-aligned, the cells right-aligned."""
+    widths = [max(len(x) for x in col) for col in zip(head, *cells, strict=True)]
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for c in cells:
+        print("| " + " | ".join(x.rjust(w) for x, w in zip(c, widths, strict=True)) + " |")
+
+
+def show_runs(rows: list[dict]) -> None:
+    """The table of runs, one row each."""
     head = ["env", "system", "players", "config", "seed", "solved s", "solved steps", "final", "best", "steps"]
     head.append("wall s")
     cells = [
@@ -287,11 +318,11 @@ def show(rows: list[dict]) -> None:
         ]
         for r in rows
     ]
-    widths = [max(len(x) for x in col) for col in zip(head, *cells, strict=True)]
-    print("| " + " | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)) + " |")
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for c in cells:
-        print("| " + " | ".join(x.rjust(w) for x, w in zip(c, widths, strict=True)) + " |")
+    table(head, cells)
+
+
+def show(rows: list[dict]) -> None:
+    show_runs(rows)
     # time to solve against SB3, per env and tinyverse setting (median over seeds that solved)
     for env_id in dict.fromkeys(r["env"] for r in rows):
         sb3 = [r["solved_s"] for r in rows if r["env"] == env_id and r["system"] == "sb3" and r["solved_s"]]
@@ -352,15 +383,8 @@ def update_cost(rev: str, env_ids: list[str], updates: int = 300) -> None:
               f"(now / then = {ms['now'] / ms['then']:.2f}; mean of {updates}, interleaved)")  # fmt: skip
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--envs", default="CartPole-v1,Acrobot-v1,LunarLander-v3", help="comma-separated env ids")
-    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
-    p.add_argument("--budget-s", type=float, default=600.0, help="wall-clock cap of one run, seconds")
-    p.add_argument("--players", default="1,2", help="tinyverse player counts to run, comma-separated")
-    p.add_argument("--systems", default="sb3,tinyverse", help="comma-separated: sb3, tinyverse")
-    p.add_argument("--ablate", action="store_true", help="tinyverse only, 1 player: each improvement off in turn")
-    p.add_argument("--configs", default=",".join(ABLATIONS), help="with --ablate: which configs, comma-separated")
+def run_arguments(p: argparse.ArgumentParser, example: str) -> None:
+    """The options of a run and its rows: --steps, --stop-solved, --json, --set (of ``example``), --report."""
     p.add_argument("--steps", type=int, help="env steps of a run (default: RL-Zoo's n_timesteps)")
     p.add_argument("--stop-solved", action="store_true", help="end each run at its first solving eval")
     p.add_argument("--json", metavar="FILE", help="also append each run's row to FILE as a JSON line")
@@ -370,9 +394,31 @@ def main():
         metavar="NAME=VALUE",
         action="append",
         default=[],
-        help="an option of examples/dqn.py for the tinyverse runs (repeat for more)",
+        help=f"an option of {example} for the tinyverse runs (repeat for more)",
     )
     p.add_argument("--report", nargs="+", metavar="FILE", help="print tables of rows saved by --json")
+
+
+def record(row: dict, path: str | None) -> dict:
+    """Append ``row`` to the JSON lines file ``path`` (if any), print its evals; the row."""
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+    evals = " ".join(f"{s:,}:{v:.0f}" for _, s, v in row["evals"])
+    print(f"  evals (steps:score) {evals}", flush=True)
+    return row
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--envs", default="CartPole-v1,Acrobot-v1,LunarLander-v3", help="comma-separated env ids")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
+    p.add_argument("--budget-s", type=float, default=600.0, help="wall-clock cap of one run, seconds")
+    p.add_argument("--players", default="1,2", help="tinyverse player counts to run, comma-separated")
+    p.add_argument("--systems", default="sb3,tinyverse", help="comma-separated: sb3, tinyverse")
+    p.add_argument("--ablate", action="store_true", help="tinyverse only, 1 player: each improvement off in turn")
+    p.add_argument("--configs", default=",".join(ABLATIONS), help="with --ablate: which configs, comma-separated")
+    run_arguments(p, "examples/dqn.py")
     p.add_argument("--update-cost", metavar="REV", help="time one update now against the one at git REV")
     args = p.parse_args()
     if args.update_cost:
@@ -400,12 +446,7 @@ def main():
                     row = run_tinyverse(
                         env_id, seed, args.budget_s, players, config, args.stop_solved, args.steps, extra
                     )
-                if args.json:
-                    with open(args.json, "a") as f:
-                        f.write(json.dumps(row) + "\n")
-                evals = " ".join(f"{s:,}:{v:.0f}" for _, s, v in row["evals"])
-                print(f"  evals (steps:score) {evals}", flush=True)
-                rows.append(row)
+                rows.append(record(row, args.json))
     print()
     show(rows)
 
