@@ -8,8 +8,8 @@ Each run is ``python -m tinyverse examples/recurrent.py run --set net=NET`` (1 p
 fresh SQLite file; the clock starts when this script spawns it, so imports and start-up count. Every
 ``--eval-every`` seconds this process loads the newest params and plays ``--eval-episodes`` greedy
 episodes with ``tinyverse.evaluation.evaluate`` (what ``recurrent.py eval`` does): the bar is an eval
-mean of ``--bar`` (475) or more. A run ends at the bar or after ``--minutes``, with SIGINT (a warm
-stop). Runs are sequential: two must not share this machine's cores. The evals run on the same
+mean of ``--bar`` (475) or more. A run ends at the bar (``--full``: goes on) or after ``--minutes``,
+with SIGINT (a warm stop). Runs are sequential: two must not share this machine's cores. The evals run on the same
 cores as the run (about 1-3% of its time on CartPole).
 
 Rows (JSON lines, ``--out``): every training episode as ``{"kind": "episode", "net", "minutes",
@@ -80,12 +80,13 @@ def run(net: str, minutes: float, options: list[str], workdir: Path, args) -> li
                 returns = evaluate(exp, db, args.eval_episodes)
             now, steps = (time.time() - start) / 60, db.count_sessions()[1] * exp.session_length
             version = db.params_version()
-            evals.append({"kind": "eval", "net": net, "minutes": round(now, 3), "mean": float(np.mean(returns)),
-                          "std": float(np.std(returns)), "version": version, "steps": steps})  # fmt: skip
+            mean, std = float(np.mean(returns)), float(np.std(returns))
+            evals.append({"kind": "eval", "net": net, "label": args.label, "minutes": round(now, 3), "mean": mean,
+                          "std": std, "version": version, "steps": steps})  # fmt: skip
             if time.time() - shown >= 60 or evals[-1]["mean"] >= args.bar:
                 print(f"  {net} {now:5.1f} min, {steps:,} steps: eval mean {evals[-1]['mean']:.1f}", flush=True)
                 shown = time.time()
-            if evals[-1]["mean"] >= args.bar:
+            if evals[-1]["mean"] >= args.bar and not args.full:
                 break
     finally:
         if proc.poll() is None:
@@ -97,7 +98,8 @@ def run(net: str, minutes: float, options: list[str], workdir: Path, args) -> li
         if db is not None:
             for m in db.metrics("episodes", 10**7):
                 minutes = round((m["time"] - start) / 60, 3)
-                episodes.append({"kind": "episode", "net": net, "minutes": minutes, "return": m["return"]})
+                episodes.append({"kind": "episode", "net": net, "label": args.label, "minutes": minutes})
+                episodes[-1]["return"] = m["return"]
                 episodes[-1]["steps"] = m["steps"]
             episodes.sort(key=lambda r: r["minutes"])
             train = db.metrics("train", 10**6)
@@ -109,6 +111,8 @@ def run(net: str, minutes: float, options: list[str], workdir: Path, args) -> li
     summary = {
         "kind": "summary",
         "net": net,
+        "label": args.label,
+        "full": args.full,
         "date": date.today().isoformat(),
         "commit": commit(),
         "cores": os.cpu_count(),
@@ -128,14 +132,15 @@ def run(net: str, minutes: float, options: list[str], workdir: Path, args) -> li
 
 
 def report(rows: list[dict]) -> None:
-    print(f"{'net':<6}{'to bar (min)':>13}{'steps to bar':>14}{'best eval':>11}{'last eval':>11}{'steps':>11}  lag")
+    print(f"{'run':<14}{'to bar (min)':>13}{'steps to bar':>14}{'best eval':>11}{'last eval':>11}{'steps':>11}  lag")
     for r in (r for r in rows if r["kind"] == "summary"):
         cells = [r["minutes_to_bar"], r["steps_to_bar"], r["best_eval"], r["last_eval"]]
         text = ["-" if x is None else f"{x:,.1f}" if isinstance(x, float) else f"{x:,}" for x in cells]
         lag = ", ".join(f"{k} {r[k]}" for k in ("policy_lag", "rho_mean", "rho_dev_first", "rho_dev_rest") if k in r)
-        print(f"{r['net']:<6}{text[0]:>13}{text[1]:>14}{text[2]:>11}{text[3]:>11}{r['steps']:>11,}  {lag}")
+        name = f"{r['net']} {r.get('label', '')}".strip()
+        print(f"{name:<14}{text[0]:>13}{text[1]:>14}{text[2]:>11}{text[3]:>11}{r['steps']:>11,}  {lag}")
         if r["options"]:
-            print(f"{'':<6}options: {' '.join(r['options'])}")
+            print(f"{'':<14}options: {' '.join(r['options'])}")
 
 
 def plot(rows: list[dict], path: str) -> None:
@@ -145,16 +150,17 @@ def plot(rows: list[dict], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    for i, net in enumerate(dict.fromkeys(r["net"] for r in rows if r["kind"] == "summary")):
-        colour = f"C{i}"
-        eps = [r for r in rows if r["kind"] == "episode" and r["net"] == net]
+    runs = dict.fromkeys((r["net"], r.get("label", "")) for r in rows if r["kind"] == "summary")
+    for i, run in enumerate(runs):
+        colour, name = f"C{i}", " ".join(x for x in run if x)
+        eps = [r for r in rows if r["kind"] == "episode" and (r["net"], r.get("label", "")) == run]
         if len(eps) >= WINDOW:
             mean = np.convolve([r["return"] for r in eps], np.ones(WINDOW) / WINDOW, "valid")
             t = [r["minutes"] for r in eps][WINDOW - 1 :]
-            ax.plot(t, mean, color=colour, lw=0.8, alpha=0.5, label=f"{net}: training, last {WINDOW} episodes")
-        evals = [r for r in rows if r["kind"] == "eval" and r["net"] == net]
+            ax.plot(t, mean, color=colour, lw=0.8, alpha=0.5, label=f"{name}: training, last {WINDOW} episodes")
+        evals = [r for r in rows if r["kind"] == "eval" and (r["net"], r.get("label", "")) == run]
         ax.plot([r["minutes"] for r in evals], [r["mean"] for r in evals], "o-", color=colour, ms=3,
-                label=f"{net}: greedy eval mean")  # fmt: skip
+                label=f"{name}: greedy eval mean")  # fmt: skip
     bar = next((r["bar"] for r in rows if r["kind"] == "summary"), 475)
     ax.axhline(bar, color="grey", lw=0.5, ls=":")
     ax.set(xlabel="wall time (minutes)", ylabel="return", title="CartPole, position and angle only, 2 cores")
@@ -169,6 +175,8 @@ def main():
     parser.add_argument("--nets", default="gru,ff", help="comma-separated: gru, ff (run one after the other)")
     parser.add_argument("--minutes", type=float, default=10.0, help="wall-time budget of each run")
     parser.add_argument("--bar", type=float, default=475.0, help="the eval mean that ends a run")
+    parser.add_argument("--full", action="store_true", help="run the whole budget, past the bar")
+    parser.add_argument("--label", default="", help="a name for this configuration in the table and the plot")
     parser.add_argument("--eval-every", type=float, default=20.0, help="seconds between evals")
     parser.add_argument("--eval-episodes", type=int, default=10, help="greedy episodes per eval")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="options of recurrent.py")

@@ -319,10 +319,10 @@ class Recurrent(tinyverse.Experiment):
             batch["policy_lag"] = (db.params_version() or 0) - batch["version"]
         return batch
 
-    def forward(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Logits (B, T+1, A) and values (B, T+1) of every tick, unrolled from the stored state, and the
-        value (B, T) of what followed each tick: V(x_t+1), the final observation's where an episode was
-        truncated, 0 where it terminated."""
+    def forward(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Logits (B, T+1, A) and values (B, T+1) of every tick, unrolled from the stored state; the value
+        (B, T) of what followed each tick: V(x_t+1), the final observation's where an episode was truncated,
+        0 where it terminated; and the states (B, T+1, H) the heads read (the GRU's, or the features)."""
         d, k = self.device, self.args.window
         terminated, truncated = batch["terminated"], batch["truncated"]
         B, T = terminated.shape
@@ -348,12 +348,12 @@ class Recurrent(tinyverse.Experiment):
                 final = self.net.encode(seq[bt[0][:, None], torch.from_numpy(final_idx[b, t]).to(d)])
                 next_values[bt] = self.net.heads(self.net.step(final, states[bt]))[1]
             next_values[torch.from_numpy(terminated).to(d)] = 0.0  # and a terminated one does not
-        return logits, values, next_values
+        return logits, values, next_values, states
 
     def train_step(self, batch):
         a, d = self.args, self.device
         T, k = batch["rewards"].shape[1], a.burn_in
-        logits, values, next_values = self.forward(batch)
+        logits, values, next_values, _ = self.forward(batch)
         logp_all = logits[:, :T].log_softmax(-1)
         actions = torch.from_numpy(batch["actions"]).to(d).long()
         logp = logp_all.gather(-1, actions[..., None])[..., 0]
