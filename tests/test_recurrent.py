@@ -25,7 +25,8 @@ def on_cpu(monkeypatch):
     monkeypatch.setenv("TINYVERSE_DEVICE", "cpu")
 
 
-def need_vizdoom():
+def need_vizdoom(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # ViZDoom writes its _vizdoom.ini into the working directory
     # not a skip: ViZDoom is a pip package with the engine and the scenarios inside; its absence is a broken setup
     try:
         from vizdoom import gymnasium_wrapper  # noqa: F401
@@ -205,8 +206,8 @@ def test_masked_cartpole_sees_position_and_angle_only():
         ObservationSubset(gym.make("CartPole-v1"), [0, 4])
 
 
-def test_doom_screen_keeps_the_screen_and_reports_timeouts_as_truncations():
-    need_vizdoom()
+def test_doom_screen_keeps_the_screen_and_reports_timeouts_as_truncations(monkeypatch, tmp_path):
+    need_vizdoom(monkeypatch, tmp_path)
     make = dict(frame_skip=4, screen_resolution="RES_160X120", episode_timeout=40)
     raw, env = gym.make("VizdoomHealthGathering-v1", **make), DoomScreen(gym.make("VizdoomHealthGathering-v1", **make))
     assert env.observation_space == gym.spaces.Box(0, 255, (120, 160, 3), np.uint8)
@@ -225,8 +226,8 @@ def test_doom_screen_keeps_the_screen_and_reports_timeouts_as_truncations():
         e.close()
 
 
-def test_doom_frames_and_actions_for_the_agent():
-    need_vizdoom()
+def test_doom_frames_and_actions_for_the_agent(monkeypatch, tmp_path):
+    need_vizdoom(monkeypatch, tmp_path)
     exp = recurrent.make_experiment(None, recurrent.Args(env_id="VizdoomDefendCenter-v1"))
     env = exp.make_env()
     assert env.observation_space.shape == (48, 80, 3) and env.action_space == gym.spaces.Discrete(3)
@@ -253,8 +254,8 @@ def test_masked_cartpole_run_through_the_cli(tmp_path):
     db.close()
 
 
-def test_doom_play_train_eval_with_video(tmp_path):
-    need_vizdoom()
+def test_doom_play_train_eval_with_video(monkeypatch, tmp_path):
+    need_vizdoom(monkeypatch, tmp_path)
     import imageio.v2 as imageio
 
     url = ["--db", f"sqlite:///{tmp_path / 'doom.db'}"]
