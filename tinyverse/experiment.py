@@ -34,7 +34,8 @@ import numpy as np
 from .errors import ExperimentError
 
 log = logging.getLogger(__name__)
-EXTRAS = {"torch": "examples", "ale_py": "atari", "Box2D": "box2d", "vizdoom": "doom", "matplotlib": "plot", "imageio": "video"}
+EXTRAS = {"torch": "examples", "ale_py": "atari", "Box2D": "box2d", "vizdoom": "doom"}
+EXTRAS |= {"matplotlib": "plot", "imageio": "video"}
 Arrays = dict[str, np.ndarray]
 AFRESH = "use another --prefix, or start afresh with python -m tinyverse EXP clear --all"
 BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
