@@ -63,6 +63,7 @@ from pygame import gfxdraw
 import tinyverse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the experiment is loaded by path: find its neighbour
+from actor_critic import loss, vtrace  # noqa: E402, F401  (vtrace: for the tests and readers)
 from wrappers import ActionSubset, FrameMemory, FrameSkip, NoopReset, Preprocess, window_indices  # noqa: E402
 
 # torch's default thread count made a DQN run 4x slower with several processes on 2 cores
@@ -210,45 +211,6 @@ class ActorCritic(nn.Module):
         return self.policy(hidden), self.value(hidden).squeeze(-1)
 
 
-@torch.no_grad()
-def vtrace(
-    behaviour_logp: torch.Tensor,
-    target_logp: torch.Tensor,
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    next_values: torch.Tensor,
-    ended: torch.Tensor,
-    gamma: float,
-    rho_bar: float = 1.0,
-    c_bar: float = 1.0,
-    lam: float = 1.0,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """V-trace value targets ``vs`` and the Q estimates ``qs`` the policy gradient uses, for (B, T) sessions.
-
-    ``values[:, t]`` is V(x_t); ``next_values[:, t]`` the value of what followed
-    tick t: V(x_t+1), the episode's final observation's where it was truncated,
-    0 where it terminated. ``ended`` cuts the recursion where an episode ended,
-    so nothing flows across episodes; after the last tick the target is
-    bootstrapped from ``next_values``. ``qs[:, t]`` = r_t + gamma v_t+1 (IMPALA's
-    advantage is the clipped weight times ``qs - values``). With equal
-    log-probabilities (no lag) ``vs`` are the n-step returns to the session's
-    (or the episode's) end, or with ``lam`` < 1 the lambda-returns (GAE's targets).
-    """
-    ratios = (target_logp - behaviour_logp).exp()
-    rho, c = ratios.clamp(max=rho_bar), lam * ratios.clamp(max=c_bar)
-    deltas = rho * (rewards + gamma * next_values - values)
-    carry = gamma * c * (~ended)  # how much of the next tick's correction flows back to this one
-    corrections = torch.zeros_like(deltas)
-    running = torch.zeros_like(deltas[:, 0])
-    for t in reversed(range(deltas.shape[1])):  # T small steps over the whole batch at once
-        running = deltas[:, t] + carry[:, t] * running
-        corrections[:, t] = running
-    vs = values + corrections
-    # v_s+1 for the advantage: the next tick's target within an episode, what followed it at its end
-    next_vs = torch.cat([torch.where(ended[:, :-1], next_values[:, :-1], vs[:, 1:]), next_values[:, -1:]], 1)
-    return vs, rewards + gamma * next_vs
-
-
 class Atari(tinyverse.Experiment):
     buffer_size = 2000  # sessions (50k frames): the trainer reads the newest `recent_sessions` only
     play_batch_size = 8  # environments a player runs at once: one forward for all of them
@@ -365,41 +327,14 @@ class Atari(tinyverse.Experiment):
             rewards = torch.from_numpy(batch["rewards"]).to(d)
             rewards = rewards.sign() if a.clip_rewards else rewards
             ended = torch.from_numpy(terminated | truncated).to(d)
-            recorded, target = torch.from_numpy(batch["outputs.logp"]).to(d), logp.detach()
-            ratios = (target - recorded).exp()  # what V-trace weighs ticks by (measured when it is off too)
-            behaviour = recorded if a.vtrace else target  # off: as if the data were on-policy (plain A2C)
-            vs, qs = vtrace(
-                behaviour, target, rewards, values[:, :T], next_values, ended, a.gamma, a.rho_bar, a.c_bar, a.lam
-            )
-            advantages = qs - values[:, :T]
-            if a.normalize_advantages:
-                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-
-        if a.clip:  # PPO's clipped surrogate on the ratio to the behaviour policy (APPO)
-            ratio = (logp - recorded).exp()
-            surrogate = torch.min(ratio * advantages, ratio.clamp(1 - a.clip, 1 + a.clip) * advantages)
-            pg_loss = -surrogate.mean()
-        else:  # IMPALA: the clipped importance weight times the advantage
-            rho = (target - behaviour).exp().clamp(max=a.rho_bar)
-            pg_loss = -(logp * rho * advantages).mean()
-        value_loss = 0.5 * ((vs - values[:, :T]) ** 2).mean()
-        entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
-        loss = pg_loss + a.vf_coef * value_loss - a.ent_coef * entropy
+        recorded = torch.from_numpy(batch["outputs.logp"]).to(d)
+        total, metrics, _ = loss(logp_all, logp, recorded, values, next_values, rewards, ended, a)
         self.optimizer.zero_grad()
-        loss.backward()
+        total.backward()
         grad_norm = nn.utils.clip_grad_norm_(self.net.parameters(), a.max_grad_norm)
         self.optimizer.step()
-        return {
-            "loss": loss.item(),
-            "pg_loss": pg_loss.item(),
-            "value_loss": value_loss.item(),
-            "entropy": entropy.item(),
-            "grad_norm": grad_norm.item(),
-            "value": values.mean().item(),
-            "rho_mean": ratios.mean().item(),
-            "rho_clipped": (ratios > a.rho_bar).float().mean().item(),
-            "policy_lag": float(batch["policy_lag"].mean()) if "policy_lag" in batch else 0.0,
-        }
+        lag = float(batch["policy_lag"].mean()) if "policy_lag" in batch else 0.0
+        return {**metrics, "grad_norm": grad_norm.item(), "policy_lag": lag}
 
     # -- params -----------------------------------------------------------------
     def get_params(self):

@@ -36,12 +36,13 @@ the stored state, is no further off the players' policy than the later ticks
 (mean |ratio - 1| 0.07-0.09 at tick 0 against 0.10-0.11 after it, at a lag of
 1.8 params versions).
 
-The learner is the one of ``examples/atari.py`` (APPO: PPO's clipped
-surrogate on V-trace advantages, cut at episode ends, bootstrapped from
-truncated episodes' last observations; the pace holds ``max_reuse`` uses of
-every recorded tick), written again here so that this file runs without
-ale-py. Recurrent DQN (R2D2) was the other road; on-policy was chosen because
-its data are fresh by construction (the stale-state problem stays small) and
+The learner is the one of ``examples/atari.py``, shared through
+``examples/actor_critic.py`` (APPO: PPO's clipped surrogate on V-trace
+advantages, cut at episode ends, bootstrapped from truncated episodes' last
+observations; ``--set clip=0`` for IMPALA's loss, with ``--set vtrace=false``
+plain A2C; the pace holds ``max_reuse`` uses of every recorded tick).
+Recurrent DQN (R2D2) was the other road; on-policy was chosen because its
+data are fresh by construction (the stale-state problem stays small) and
 because it is the learner already measured in this project. Rewards are
 scaled for training (``reward_scale``): CartPole's +1 a step is worth up to 100
 with gamma 0.99, and unscaled the value loss's gradient took all of the clipped
@@ -76,6 +77,7 @@ import torch.nn as nn
 import tinyverse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the experiment is loaded by path: find its neighbour
+from actor_critic import loss, vtrace  # noqa: E402, F401  (vtrace: for the tests and readers)
 from wrappers import ActionSubset, DoomScreen, ObservationSubset, Preprocess, window_indices  # noqa: E402
 
 # torch's default thread count made a DQN run 4x slower with several processes on 2 cores
@@ -124,7 +126,11 @@ class Args:
     max_grad_norm: float = 0.5
     """gradient clipping (global L2 norm)"""
     clip: float = 0.2
-    """PPO's clip of the ratio to the player's policy"""
+    """> 0: PPO's clipped surrogate (ratio to the player's policy within 1 +- clip); 0: IMPALA's policy gradient"""
+    vtrace: bool = True
+    """correct for lag with V-trace (false, with clip 0: plain A2C, every importance weight taken as 1)"""
+    normalize_advantages: bool = True
+    """scale each batch's advantages to mean 0, std 1 (as PPO does)"""
     rho_bar: float = 1.0
     """clip of V-trace's importance weights in the TD errors"""
     c_bar: float = 1.0
@@ -219,28 +225,6 @@ def unroll(step, features: torch.Tensor, h0: torch.Tensor, ended: torch.Tensor, 
             h = step(features[:, t], h)
         states.append(h)
     return torch.stack(states, 1)
-
-
-@torch.no_grad()
-def vtrace(behaviour_logp, target_logp, rewards, values, next_values, ended, gamma, rho_bar=1.0, c_bar=1.0, lam=1.0):
-    """V-trace value targets ``vs`` and the policy gradient's Q estimates ``qs`` for (B, T) sessions.
-
-    ``values[:, t]`` = V(x_t); ``next_values[:, t]`` = the value of what followed
-    tick t (0 where the episode terminated, its final observation's where it
-    was truncated); nothing flows back across ``ended``. Espeholt et al. 2018,
-    https://arxiv.org/abs/1802.01561, with Retrace's lambda in the traces.
-    """
-    ratios = (target_logp - behaviour_logp).exp()
-    rho, c = ratios.clamp(max=rho_bar), lam * ratios.clamp(max=c_bar)
-    deltas = rho * (rewards + gamma * next_values - values)
-    carry = gamma * c * (~ended)
-    corrections, running = torch.zeros_like(deltas), torch.zeros_like(deltas[:, 0])
-    for t in reversed(range(deltas.shape[1])):
-        running = deltas[:, t] + carry[:, t] * running
-        corrections[:, t] = running
-    vs = values + corrections
-    next_vs = torch.cat([torch.where(ended[:, :-1], next_values[:, :-1], vs[:, 1:]), next_values[:, -1:]], 1)
-    return vs, rewards + gamma * next_vs
 
 
 class Recurrent(tinyverse.Experiment):
@@ -369,31 +353,14 @@ class Recurrent(tinyverse.Experiment):
         with torch.no_grad():
             rewards = torch.from_numpy(batch["rewards"]).to(d) * a.reward_scale
             ended = torch.from_numpy(batch["terminated"] | batch["truncated"]).to(d)
-            ratios = (logp - recorded).exp()
-            vs, qs = vtrace(
-                recorded, logp, rewards, values[:, :T], next_values, ended, a.gamma, a.rho_bar, a.c_bar, a.lam
-            )
-            advantages = (qs - values[:, :T])[:, k:]
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        ratio = (logp - recorded).exp()[:, k:]  # the loss leaves out the burn-in's ticks
-        surrogate = torch.min(ratio * advantages, ratio.clamp(1 - a.clip, 1 + a.clip) * advantages)
-        pg_loss = -surrogate.mean()
-        value_loss = 0.5 * ((vs - values[:, :T]) ** 2)[:, k:].mean()
-        entropy = -(logp_all.exp() * logp_all).sum(-1)[:, k:].mean()
-        loss = pg_loss + a.vf_coef * value_loss - a.ent_coef * entropy
+        total, metrics, ratios = loss(logp_all, logp, recorded, values, next_values, rewards, ended, a, skip=k)
         self.optimizer.zero_grad()
-        loss.backward()
+        total.backward()
         grad_norm = nn.utils.clip_grad_norm_(self.net.parameters(), a.max_grad_norm)
         self.optimizer.step()
         return {
-            "loss": loss.item(),
-            "pg_loss": pg_loss.item(),
-            "value_loss": value_loss.item(),
-            "entropy": entropy.item(),
+            **metrics,
             "grad_norm": grad_norm.item(),
-            "value": values.mean().item(),
-            "rho_mean": ratios.mean().item(),
-            "rho_clipped": (ratios > a.rho_bar).float().mean().item(),
             # the first tick's ratio against the rest: how much a stale stored state adds to the lag
             "rho_dev_first": (ratios[:, 0] - 1).abs().mean().item(),
             "rho_dev_rest": (ratios[:, 1:] - 1).abs().mean().item(),

@@ -1,0 +1,88 @@
+"""The on-policy learner that examples/atari.py and examples/recurrent.py share: V-trace and the loss.
+
+Players record the log-probability of each action they took (``outputs.logp``);
+the trainer computes its own, and weighs each tick by the ratio of the two. The
+loss (``loss``) is PPO's clipped surrogate (Schulman et al. 2017,
+https://arxiv.org/abs/1707.06347) on V-trace's advantages (Espeholt et al. 2018,
+https://arxiv.org/abs/1802.01561), the ratio taken to the players' recorded
+policy (RLlib calls this APPO); with ``clip`` 0, IMPALA's own policy gradient
+(the clipped importance weight times the advantage); with ``vtrace`` off as
+well, plain A2C: every tick taken as on-policy, nothing corrects for the lag.
+"""
+
+import torch
+
+
+@torch.no_grad()
+def vtrace(
+    behaviour_logp: torch.Tensor,
+    target_logp: torch.Tensor,
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    ended: torch.Tensor,
+    gamma: float,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+    lam: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace value targets ``vs`` and the Q estimates ``qs`` the policy gradient uses, for (B, T) sessions.
+
+    ``values[:, t]`` is V(x_t); ``next_values[:, t]`` the value of what followed
+    tick t: V(x_t+1), the episode's final observation's where it was truncated,
+    0 where it terminated. ``ended`` cuts the recursion where an episode ended,
+    so nothing flows across episodes; after the last tick the target is
+    bootstrapped from ``next_values``. ``qs[:, t]`` = r_t + gamma v_t+1 (IMPALA's
+    advantage is the clipped weight times ``qs - values``). With equal
+    log-probabilities (no lag) ``vs`` are the n-step returns to the session's
+    (or the episode's) end, or with ``lam`` < 1 the lambda-returns (GAE's targets).
+    """
+    ratios = (target_logp - behaviour_logp).exp()
+    rho, c = ratios.clamp(max=rho_bar), lam * ratios.clamp(max=c_bar)
+    deltas = rho * (rewards + gamma * next_values - values)
+    carry = gamma * c * (~ended)  # how much of the next tick's correction flows back to this one
+    corrections = torch.zeros_like(deltas)
+    running = torch.zeros_like(deltas[:, 0])
+    for t in reversed(range(deltas.shape[1])):  # T small steps over the whole batch at once
+        running = deltas[:, t] + carry[:, t] * running
+        corrections[:, t] = running
+    vs = values + corrections
+    # v_s+1 for the advantage: the next tick's target within an episode, what followed it at its end
+    next_vs = torch.cat([torch.where(ended[:, :-1], next_values[:, :-1], vs[:, 1:]), next_values[:, -1:]], 1)
+    return vs, rewards + gamma * next_vs
+
+
+def loss(logp_all, logp, recorded, values, next_values, rewards, ended, a, skip: int = 0):
+    """The loss of one update on (B, T) ticks, its metrics, and the ratios to the players' policy.
+
+    ``logp_all`` (B, T, A) and ``logp`` (B, T): the trainer's log-probabilities
+    of every action and of the taken one; ``recorded`` (B, T): the players';
+    ``values`` (B, T+1) and ``next_values`` (B, T) as :func:`vtrace` takes them;
+    ``a``: the options (gamma, lam, rho_bar, c_bar, clip, vtrace,
+    normalize_advantages, vf_coef, ent_coef); ``skip``: leading ticks left out
+    of the loss (a burn-in).
+    """
+    T = logp.shape[1]
+    with torch.no_grad():
+        target = logp.detach()
+        ratios = (target - recorded).exp()  # what V-trace weighs ticks by (measured when it is off too)
+        behaviour = recorded if a.vtrace else target  # off: as if the data were on-policy (plain A2C)
+        vs, qs = vtrace(
+            behaviour, target, rewards, values[:, :T], next_values, ended, a.gamma, a.rho_bar, a.c_bar, a.lam
+        )
+        advantages = (qs - values[:, :T])[:, skip:]
+        if a.normalize_advantages:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    if a.clip:  # PPO's clipped surrogate on the ratio to the behaviour policy (APPO)
+        ratio = (logp - recorded).exp()[:, skip:]
+        pg_loss = -torch.min(ratio * advantages, ratio.clamp(1 - a.clip, 1 + a.clip) * advantages).mean()
+    else:  # IMPALA: the clipped importance weight times the advantage
+        rho = (target - behaviour).exp().clamp(max=a.rho_bar)[:, skip:]
+        pg_loss = -(logp[:, skip:] * rho * advantages).mean()
+    value_loss = 0.5 * ((vs - values[:, :T]) ** 2)[:, skip:].mean()
+    entropy = -(logp_all.exp() * logp_all).sum(-1)[:, skip:].mean()
+    total = pg_loss + a.vf_coef * value_loss - a.ent_coef * entropy
+    metrics = {"loss": total.item(), "pg_loss": pg_loss.item(), "value_loss": value_loss.item()}
+    metrics |= {"entropy": entropy.item(), "value": values.mean().item(), "rho_mean": ratios.mean().item()}
+    metrics["rho_clipped"] = (ratios > a.rho_bar).float().mean().item()
+    return total, metrics, ratios
