@@ -10,6 +10,7 @@ policy (RLlib calls this APPO); with ``clip`` 0, IMPALA's own policy gradient
 well, plain A2C: every tick taken as on-policy, nothing corrects for the lag.
 """
 
+import numpy as np
 import torch
 
 
@@ -86,3 +87,17 @@ def loss(logp_all, logp, recorded, values, next_values, rewards, ended, a, skip:
     metrics |= {"entropy": entropy.item(), "value": values.mean().item(), "rho_mean": ratios.mean().item()}
     metrics["rho_clipped"] = (ratios > a.rho_bar).float().mean().item()
     return total, metrics, ratios
+
+
+def sample_recent(db, batch_size: int, recent: int) -> dict:
+    """``batch_size`` sessions drawn among the newest ``recent`` (none: "not yet"), with each one's
+    ``policy_lag``: how many params versions behind the stored ones the params that played it were."""
+    lo, hi = db.session_range()
+    lo = max(lo, hi - max(recent, batch_size) + 1)
+    if hi - lo + 1 < batch_size:
+        return {}
+    ids = np.random.default_rng().choice(np.arange(lo, hi + 1), batch_size, replace=False)
+    batch = db.get_batch(ids.tolist())
+    if batch:
+        batch["policy_lag"] = (db.params_version() or 0) - batch["version"]
+    return batch

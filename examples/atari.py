@@ -63,7 +63,7 @@ from pygame import gfxdraw
 import tinyverse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the experiment is loaded by path: find its neighbour
-from actor_critic import loss, vtrace  # noqa: E402, F401  (vtrace: for the tests and readers)
+from actor_critic import loss, sample_recent, vtrace  # noqa: E402, F401  (vtrace: for the tests and readers)
 from wrappers import ActionSubset, FrameMemory, FrameSkip, NoopReset, Preprocess, window_indices  # noqa: E402
 
 # torch's default thread count made a DQN run 4x slower with several processes on 2 cores
@@ -283,16 +283,7 @@ class Atari(tinyverse.Experiment):
         self.optimizer = torch.optim.Adam(self.net.parameters(), lr=a.learning_rate, eps=1e-5)
 
     def sample(self, db, batch_size):
-        # the newest sessions only, and how many params versions behind the current ones each was played
-        lo, hi = db.session_range()
-        lo = max(lo, hi - max(self.args.recent_sessions, batch_size) + 1)
-        if hi - lo + 1 < batch_size:
-            return {}
-        ids = np.random.default_rng().choice(np.arange(lo, hi + 1), batch_size, replace=False)
-        batch = db.get_batch(ids.tolist())
-        if batch:
-            batch["policy_lag"] = (db.params_version() or 0) - batch["version"]
-        return batch
+        return sample_recent(db, batch_size, self.args.recent_sessions)
 
     def windows(self, batch) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
         """Every tick's window (B, T+1, K, H, W) uint8 on the device, the frame sequence they index, and
