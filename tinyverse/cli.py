@@ -146,7 +146,9 @@ def _option(text: str) -> tuple[str, str]:
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     g = common.add_argument_group("database")
-    g.add_argument("--db", help="sqlite:///file.db (default, $TINYVERSE_DB), redis://[user:password@]host:port/0, rediss://")
+    g.add_argument(
+        "--db", help="sqlite:///file.db (default, $TINYVERSE_DB), redis://[user:password@]host:port/0, rediss://"
+    )
     g.add_argument("--host", help="Redis host: shorthand for --db redis://HOST:PORT/0")
     g.add_argument("--port", type=int, help="Redis port (default 6379)")
     g.add_argument("--password", help="Redis password")
