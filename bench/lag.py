@@ -16,7 +16,10 @@ acts with params many updates old. Configurations:
 - ``appo``: the example's default, V-trace targets and advantages with PPO's clipped surrogate on
   the ratio to the player's policy;
 - ``a2c``: ``--set vtrace=false --set clip=0``, plain advantage actor-critic that takes every
-  tick as on-policy: nothing corrects for the lag.
+  tick as on-policy: nothing corrects for the lag;
+- ``impala1`` and ``a2c1``: IMPALA's loss (V-trace, no clip) and plain A2C with each tick trained on
+  once (``max_reuse=1``), as A2C is meant to: without PPO's clip, reusing a tick 8 times (the
+  example's default) breaks A2C with no lag at all, so these two isolate what V-trace does.
 
 Judged like ``bench/atari_learn.py``: the mean of the last 50 training episodes, wall time and agent
 steps until it first reaches ``--threshold``; each run stops there or after ``--minutes``. The
@@ -35,7 +38,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import atari_learn  # noqa: E402
 
 ROOT = atari_learn.ROOT
-CONFIGS = {"appo": [], "a2c": ["vtrace=false", "clip=0"]}
+CONFIGS = {
+    "appo": [],
+    "a2c": ["vtrace=false", "clip=0"],
+    "impala1": ["clip=0", "max_reuse=1"],
+    "a2c1": ["vtrace=false", "clip=0", "max_reuse=1"],
+}
 
 
 def run(args, sync: int, config: str) -> list[dict]:
