@@ -24,7 +24,8 @@ acts with params many updates old. Configurations:
 Judged like ``bench/atari_learn.py``: the mean of the last 50 training episodes, wall time and agent
 steps until it first reaches ``--threshold``; each run stops there or after ``--minutes``. The
 trainer's mean ``policy_lag`` (params versions between acting and training) and the importance
-weights' mean and clipped fraction come from its metrics. Rows (JSON lines) go to ``--out``.
+weights' mean and clipped fraction come from its metrics. Rows (JSON lines) go to ``--out``: the
+last-50 mean at up to 400 points of each run (``kind: curve``) and one summary per run.
 """
 
 import argparse
@@ -36,6 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import atari_learn  # noqa: E402
+import numpy as np  # noqa: E402
 
 ROOT = atari_learn.ROOT
 CONFIGS = {
@@ -53,8 +55,7 @@ def run(args, sync: int, config: str) -> list[dict]:
             args.minutes, 1, options, Path(tmp), sync, 1, Path(args.experiment).resolve(), args.threshold
         )
     label = f"{config}, sync every {sync}"
-    rows = [{"kind": "episode", "label": label, "minutes": round(m, 3), "return": r, "steps": n}
-            for m, r, n in episodes]  # fmt: skip
+    rows = curve(episodes, label)
     to = reached(episodes, args.threshold)
     rows.append({"kind": "summary", "label": label, "config": config, "sync_every": sync, "options": options,
                  "experiment": Path(args.experiment).name, "threshold": args.threshold, "minutes": args.minutes,
@@ -62,6 +63,19 @@ def run(args, sync: int, config: str) -> list[dict]:
                  "final_mean": atari_learn.last_mean(episodes), "episodes": len(episodes),
                  "date": date.today().isoformat(), "commit": args.commit, **lag})  # fmt: skip
     return rows
+
+
+def curve(episodes: list[tuple], label: str, points: int = 400) -> list[dict]:
+    """The last-50 mean return at up to ``points`` episodes spread over the run (a failing CartPole agent
+    ends tens of thousands of episodes: rows of each would weigh tens of MB)."""
+    window, returns = atari_learn.WINDOW, [e[1] for e in episodes]
+    picked = (
+        sorted({round(i) for i in np.linspace(window - 1, len(episodes) - 1, points)})
+        if len(episodes) >= window
+        else []
+    )
+    return [{"kind": "curve", "label": label, "minutes": round(episodes[i][0], 3), "steps": episodes[i][2],
+             "mean": float(np.mean(returns[i - window + 1 : i + 1]))} for i in picked]  # fmt: skip
 
 
 def reached(episodes: list[tuple], threshold: float) -> tuple[float | None, int | None]:
@@ -90,16 +104,12 @@ def plot(rows: list[dict], path: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    for label in dict.fromkeys(r["label"] for r in rows if r["kind"] == "episode"):
-        eps = [r for r in rows if r["kind"] == "episode" and r["label"] == label]
-        if len(eps) < atari_learn.WINDOW:
-            continue
-        mean = np.convolve([e["return"] for e in eps], np.ones(atari_learn.WINDOW) / atari_learn.WINDOW, "valid")
+    for label in dict.fromkeys(r["label"] for r in rows if r["kind"] == "curve"):
+        points = [r for r in rows if r["kind"] == "curve" and r["label"] == label]
         for ax, key in zip(axes, ("minutes", "steps"), strict=True):
-            ax.plot([e[key] for e in eps][atari_learn.WINDOW - 1 :], mean, label=label)
+            ax.plot([p[key] for p in points], [p["mean"] for p in points], label=label)
     for ax, xlabel in zip(axes, ("wall time (minutes)", "agent steps"), strict=True):
         ax.set(xlabel=xlabel, ylabel=f"mean return, last {atari_learn.WINDOW} episodes")
         ax.legend()
