@@ -111,7 +111,9 @@ def tinyverse(experiment: str, *args: str) -> list[str]:
     return [sys.executable, "-m", "tinyverse", experiment, *args]
 
 
-def fleet_rate(experiment: str, players: int, seconds: float, hosts: Hosts | None, workdir: Path) -> float:
+def fleet_rate(
+    experiment: str, players: int, seconds: float, hosts: Hosts | None, workdir: Path, warmup: float = 8.0
+) -> float:
     """Env steps/s of one trainer and ``players`` players over ``seconds``, on the namespaces or on loopback."""
     from tinyverse.database import connect
 
@@ -143,7 +145,7 @@ def fleet_rate(experiment: str, players: int, seconds: float, hosts: Hosts | Non
             return int(hosts.python("trainer", code))
 
     try:
-        time.sleep(8)  # start-up (imports) is not the rate
+        time.sleep(warmup)  # start-up (imports) is not the rate
         first, t0 = added(), time.monotonic()
         time.sleep(seconds)
         last, t1 = added(), time.monotonic()

@@ -87,7 +87,7 @@ def test_the_same_fleet_runs_on_three_hosts_and_on_one(hosts, tmp_path):
     # the script's own comparison, short: both fleets play (rates are for the note, not asserted)
     hosts.start("db", "db-host", netns.redis_argv(tmp_path), tmp_path / "redis.log")
     hosts.python("trainer", f"from deploy.netns import wait_redis; wait_redis({netns.LAN_URL!r})")
-    spread = netns.fleet_rate(FAKE, 1, 3.0, hosts, tmp_path)
-    local = netns.fleet_rate(FAKE, 1, 3.0, None, tmp_path)
+    spread = netns.fleet_rate(FAKE, 1, 2.0, hosts, tmp_path, warmup=3.0)
+    local = netns.fleet_rate(FAKE, 1, 2.0, None, tmp_path, warmup=3.0)
     assert spread > 0 and local > 0
     assert sys.executable  # the fleets ran this interpreter in every namespace
