@@ -10,6 +10,8 @@ policy (RLlib calls this APPO); with ``clip`` 0, IMPALA's own policy gradient
 well, plain A2C: every tick taken as on-policy, nothing corrects for the lag.
 """
 
+import os
+
 import numpy as np
 import torch
 
@@ -101,3 +103,25 @@ def sample_recent(db, batch_size: int, recent: int) -> dict:
     if batch:
         batch["policy_lag"] = (db.params_version() or 0) - batch["version"]
     return batch
+
+
+def declare_pace(exp, a) -> None:
+    """Session length, minibatch and the pace from the options: each recorded tick is trained on
+    ``max_reuse`` times on average, and players never run further ahead than what is sampled."""
+    exp.session_length = a.session_length
+    exp.train_batch_size = max(1, round(a.batch_ticks / a.session_length))
+    exp.updates_per_step = a.max_reuse / (exp.train_batch_size * exp.session_length)
+    exp.pace_slack = a.recent_sessions * exp.session_length // 2
+
+
+def prepare(exp, learning_rate: float) -> None:
+    """The trainer's device (``$TINYVERSE_DEVICE``: auto = CUDA when there is one; per process, not an
+    option) and its optimizer: Adam rather than A2C's RMSprop, whose averages start at 0 in PyTorch and make
+    the first steps 10x too large."""
+    device = os.environ.get("TINYVERSE_DEVICE", "auto")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    assert not device.startswith("cuda") or torch.cuda.is_available(), f"device {device} but no CUDA device"
+    exp.device = torch.device(device)
+    exp.net.to(exp.device)
+    exp.optimizer = torch.optim.Adam(exp.net.parameters(), lr=learning_rate, eps=1e-5)

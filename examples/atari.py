@@ -47,7 +47,6 @@ others adopt them. The trainer's device is per process: ``--device`` /
 ``TINYVERSE_DEVICE`` = auto (CUDA when available) | cpu | cuda.
 """
 
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,7 +62,7 @@ from pygame import gfxdraw
 import tinyverse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the experiment is loaded by path: find its neighbour
-from actor_critic import loss, sample_recent, vtrace  # noqa: E402, F401  (vtrace: for the tests and readers)
+from actor_critic import declare_pace, loss, prepare, sample_recent, vtrace  # noqa: E402, F401  (vtrace: for the tests and readers)
 from wrappers import ActionSubset, FrameMemory, FrameSkip, NoopReset, Preprocess, window_indices  # noqa: E402
 
 # torch's default thread count made a DQN run 4x slower with several processes on 2 cores
@@ -226,10 +225,7 @@ class Atari(tinyverse.Experiment):
         self.net = ActorCritic(a.net, a.window, a.size, int(env.action_space.n))
         env.close()
         self.device = torch.device("cpu")  # players act on the CPU; prepare_training picks the trainer's
-        self.session_length = a.session_length
-        self.train_batch_size = max(1, round(a.batch_ticks / a.session_length))
-        self.updates_per_step = a.max_reuse / (self.train_batch_size * self.session_length)
-        self.pace_slack = a.recent_sessions * self.session_length // 2  # players never outrun what is sampled
+        declare_pace(self, a)
 
     def make_env(self, render_mode=None):
         a = self.args
@@ -272,15 +268,7 @@ class Atari(tinyverse.Experiment):
 
     # -- trainer ----------------------------------------------------------------
     def prepare_training(self):
-        a, device = self.args, os.environ.get("TINYVERSE_DEVICE", "auto")  # per process: not an option
-        if device == "auto":
-            self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        else:
-            assert not device.startswith("cuda") or torch.cuda.is_available(), f"device {device} but no CUDA device"
-            self.device = torch.device(device)
-        self.net.to(self.device)
-        # Adam rather than A2C's RMSprop: PyTorch's starts its averages at 0, so its first steps are 10x too large
-        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=a.learning_rate, eps=1e-5)
+        prepare(self, self.args.learning_rate)
 
     def sample(self, db, batch_size):
         return sample_recent(db, batch_size, self.args.recent_sessions)

@@ -64,7 +64,6 @@ luminance alone renders alike. ``window`` > 1 stacks the last frames
 (``--set net=ff --set window=4``: the window-only feedforward baseline).
 """
 
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,7 +76,7 @@ import torch.nn as nn
 import tinyverse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the experiment is loaded by path: find its neighbour
-from actor_critic import loss, sample_recent, vtrace  # noqa: E402, F401  (vtrace: for the tests and readers)
+from actor_critic import declare_pace, loss, prepare, sample_recent, vtrace  # noqa: E402, F401  (vtrace: for the tests and readers)
 from wrappers import ActionSubset, DoomScreen, ObservationSubset, Preprocess, window_indices  # noqa: E402
 
 # torch's default thread count made a DQN run 4x slower with several processes on 2 cores
@@ -241,10 +240,7 @@ class Recurrent(tinyverse.Experiment):
         self.net = Agent(self.obs_space.shape, a.window, int(env.action_space.n), a.net, a.hidden)
         env.close()
         self.device = torch.device("cpu")  # players act on the CPU; prepare_training picks the trainer's
-        self.session_length = a.session_length
-        self.train_batch_size = max(1, round(a.batch_ticks / a.session_length))
-        self.updates_per_step = a.max_reuse / (self.train_batch_size * self.session_length)
-        self.pace_slack = a.recent_sessions * self.session_length // 2  # players never outrun what is sampled
+        declare_pace(self, a)
 
     def make_env(self, render_mode=None):
         a = self.args
@@ -291,13 +287,7 @@ class Recurrent(tinyverse.Experiment):
 
     # -- trainer ----------------------------------------------------------------
     def prepare_training(self):
-        device = os.environ.get("TINYVERSE_DEVICE", "auto")  # per process: not an option
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        assert not device.startswith("cuda") or torch.cuda.is_available(), f"device {device} but no CUDA device"
-        self.device = torch.device(device)
-        self.net.to(self.device)
-        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=self.args.learning_rate, eps=1e-5)
+        prepare(self, self.args.learning_rate)
 
     def sample(self, db, batch_size):
         return sample_recent(db, batch_size, self.args.recent_sessions)
