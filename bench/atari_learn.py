@@ -7,12 +7,14 @@
     python bench/atari_learn.py --report lag.jsonl --plot lag.png --by-steps   # curves against agent steps
     python bench/atari_learn.py --report bench/results/atari-learn-2cores.jsonl --plot pong.png
     python bench/atari_learn.py --profile                         # where a trainer update's time goes
+    python bench/atari_learn.py --systems tinyverse --minutes 120 --set env_id=CarRacing-v3 --thresholds 0,300,600
 
 Both systems play Pong with the settings of ``PongNoFrameskip-v4`` (no sticky actions, 4 frames an
 agent step, up to 30 NOOPs at reset) and are judged alike: the mean return of the last 50 finished
 training episodes (all environments together, raw scores), at each episode's end; a threshold is
 reached at the first episode where that mean is at or above it. The clock starts when this script
-spawns the system's process, so imports and start-up count. A run ends at 0 or after ``--minutes``.
+spawns the system's process, so imports and start-up count. A run ends at the last threshold (Pong: 0)
+or after ``--minutes``. Another game (``--set env_id=...``) takes its own ``--thresholds``.
 
 - tinyverse: ``python -m tinyverse examples/atari.py run`` with its defaults (``--players``, ``--set``
   options) on a fresh SQLite file; this process reads the episodes from the database every 10 s and
@@ -281,7 +283,9 @@ def plot(rows: list[dict], path: str, by_steps: bool = False) -> None:
     for t in THRESHOLDS:
         ax.axhline(t, color="grey", lw=0.5, ls=":")
     xlabel = "agent steps" if by_steps else "wall time (minutes)"
-    ax.set(xlabel=xlabel, ylabel=f"mean return, last {WINDOW} episodes", title="Pong, 2 cores")
+    games = {o.split("=", 1)[1] for r in rows for o in r.get("options", []) if o.startswith("env_id=")}
+    title = f"{', '.join(sorted(games)) or 'Pong'}, 2 cores"
+    ax.set(xlabel=xlabel, ylabel=f"mean return, last {WINDOW} episodes", title=title)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -295,6 +299,7 @@ def main():
     parser.add_argument("--players", type=int, default=1, help="tinyverse player processes")
     parser.add_argument("--sync-every", type=int, default=1, help="players look for new params every N rounds")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="options of atari.py")
+    parser.add_argument("--thresholds", default="-15,-5,0", help="mean returns to time; the run ends at the last")
     parser.add_argument("--label", default="", help="a name for this configuration in the tables")
     parser.add_argument("--out", default=f"atari-learn-{date.today().isoformat()}.jsonl", help="rows (JSON lines)")
     parser.add_argument("--report", help="print the tables of a rows file instead of running")
@@ -303,6 +308,8 @@ def main():
     parser.add_argument("--profile", action="store_true", help="time the trainer's update per torso instead")
     parser.add_argument("--sb3-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    global THRESHOLDS
+    THRESHOLDS = tuple(float(t) for t in args.thresholds.split(","))
     if args.sb3_worker:
         return sb3_worker(args.minutes)
     if args.profile:
@@ -319,7 +326,8 @@ def main():
         extra = {"label": args.label, "commit": at}
         if system == "tinyverse":
             with tempfile.TemporaryDirectory() as tmp:
-                episodes, lag = run_tinyverse(args.minutes, args.players, args.set, Path(tmp), args.sync_every)
+                run = (args.minutes, args.players, args.set, Path(tmp), args.sync_every)
+                episodes, lag = run_tinyverse(*run, stop_at=THRESHOLDS[-1])
             extra |= {"players": args.players, "options": args.set, "sync_every": args.sync_every, **lag}
         elif system == "sb3":
             episodes = run_sb3(args.minutes)

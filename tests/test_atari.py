@@ -388,6 +388,27 @@ def test_fast_car_racing_draws_the_stock_frames():
     fast.close()
 
 
+def test_fast_car_racing_repeats_actions_as_the_stock_env_under_a_repeat_wrapper():
+    import atari
+    from wrappers import FrameSkip
+
+    stock = FrameSkip(gym.make("CarRacing-v3", continuous=False).unwrapped, 4)
+    fast = atari.FastCarRacing(4, continuous=False)
+    assert fast.metadata["render_fps"] == stock.metadata["render_fps"]
+    a, _ = stock.reset(seed=5)
+    b, _ = fast.reset(seed=5)
+    np.testing.assert_array_equal(a, b)
+    rng = np.random.default_rng(1)
+    for _ in range(10):  # the frame drawn after each repeat is the stock env's, whose frames in between it skips
+        action = int(rng.integers(5))
+        (a, ra, ta, *_), (b, rb, tb, *_) = stock.step(action), fast.step(action)
+        assert ra == pytest.approx(rb) and ta == tb
+        assert np.abs(a.astype(int) - b).mean() < 0.05
+    assert fast.t == pytest.approx(stock.unwrapped.t) == pytest.approx(41 / 50)  # reset's frame and 40 more, at 50 fps
+    stock.close()
+    fast.close()
+
+
 def test_the_racing_game_goes_through_the_same_learner():
     import atari
 
