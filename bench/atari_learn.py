@@ -37,6 +37,7 @@ every 20 rounds (also while they wait for the trainer), so they act with params 
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -91,6 +92,7 @@ def run_tinyverse(
     trainers: int = 1,
     experiment: Path = ROOT / "examples" / "atari.py",
     stop_at: float = THRESHOLDS[-1],
+    keep: str | None = None,
 ) -> tuple[list[tuple[float, float, int]], dict]:
     """``atari.py run``, or with ``sync_every`` > 1 a trainer and players started one by one (``play -s``).
 
@@ -114,7 +116,11 @@ def run_tinyverse(
     db, episodes, shown, lag = None, [], 0.0, {}
     try:
         while all(p.poll() is None for p in procs) and time.time() - start < minutes * 60:
-            time.sleep(10)
+            try:
+                time.sleep(10)
+            except KeyboardInterrupt:  # Ctrl-C: stop the run, and keep its rows
+                print("interrupted: stopping the run; its episodes so far are recorded", flush=True)
+                break
             db = db or (connect(url, experiment.stem) if (workdir / "run.db").exists() else None)
             if db is None:
                 continue
@@ -139,6 +145,11 @@ def run_tinyverse(
                 if values := [m[k] for m in train if k in m]:
                     lag[k] = round(float(np.mean(values)), 3)
             db.close()
+        if keep:
+            for suffix in ("", "-wal"):  # the workers have stopped: what a killed one left in its log too
+                if (workdir / f"run.db{suffix}").exists():
+                    shutil.copyfile(workdir / f"run.db{suffix}", f"{keep}{suffix}")
+            print(f"kept the run's database in {keep}")
     return episodes, lag
 
 
@@ -300,6 +311,7 @@ def main():
     parser.add_argument("--sync-every", type=int, default=1, help="players look for new params every N rounds")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="options of atari.py")
     parser.add_argument("--thresholds", default="-15,-5,0", help="mean returns to time; the run ends at the last")
+    parser.add_argument("--keep", help="copy tinyverse's database here at the end (e.g. to eval or record it)")
     parser.add_argument("--label", default="", help="a name for this configuration in the tables")
     parser.add_argument("--out", default=f"atari-learn-{date.today().isoformat()}.jsonl", help="rows (JSON lines)")
     parser.add_argument("--report", help="print the tables of a rows file instead of running")
@@ -327,7 +339,7 @@ def main():
         if system == "tinyverse":
             with tempfile.TemporaryDirectory() as tmp:
                 run = (args.minutes, args.players, args.set, Path(tmp), args.sync_every)
-                episodes, lag = run_tinyverse(*run, stop_at=THRESHOLDS[-1])
+                episodes, lag = run_tinyverse(*run, stop_at=THRESHOLDS[-1], keep=args.keep)
             extra |= {"players": args.players, "options": args.set, "sync_every": args.sync_every, **lag}
         elif system == "sb3":
             episodes = run_sb3(args.minutes)
