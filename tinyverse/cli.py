@@ -16,12 +16,12 @@ from urllib.parse import quote
 
 import redis
 
-from . import __version__
+from . import __version__, raycluster
 from .database import DEFAULT_URL, connect, masked
 from .errors import TinyverseError
 from .evaluation import evaluate
 from .experiment import load_experiment
-from .launcher import run_fleet
+from .launcher import run_fleet, spawn_local
 from .monitor import info_text, plot
 from .player import play
 from .trainer import train
@@ -42,16 +42,20 @@ def mode_train(args):
 
 
 def mode_run(args):
-    """Start players and trainers on this machine, supervise them, stop them, then eval."""
+    """Start players and trainers on this machine (or a Ray cluster), supervise them, stop them, then eval."""
     exp = _exp(args, db := _db(args))  # the children adopt the options it stores
+    base, spawn = [sys.executable, "-m", "tinyverse", args.experiment], spawn_local
+    if args.ray:  # workers run in the experiment's folder as Ray ships it: a SQLite path must not be relative
+        args.db = f"sqlite:///{Path(db.path).resolve()}" if args.db.startswith("sqlite:") else args.db
+        spawn = raycluster.join(args.ray, args.experiment, args.db, args.players + args.trainers)
+        base = [Path(args.experiment).name]
     os.environ["TINYVERSE_DB"] = args.db  # children read it there: a password stays out of `ps`
     common = ["--prefix", db.prefix, "-q"] + (["--buffer-size", str(args.buffer_size)] if args.buffer_size else [])
     play_args = ["-b", str(args.batch_size or exp.play_batch_size), *common]
     train_args = ["-b", str(args.train_batch or exp.train_batch_size), "--push-coef", str(args.push_coef), *common]
     train_args += [] if args.sync is None else ["--sync" if args.sync else "--no-sync"]
-    base = [sys.executable, "-m", "tinyverse", args.experiment]
     fleet = (args.players, args.trainers, play_args, train_args, args.steps, args.target_return, args.max_crashes)
-    print(f"run stopped: {run_fleet(exp, db, base, *fleet)}")
+    print(f"run stopped: {run_fleet(exp, db, base, *fleet, spawn=spawn)}")
     if args.eval_episodes:
         evaluate(exp, db, args.eval_episodes, None)
 
@@ -192,6 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     p["run"].add_argument("-n", "--steps", type=one, help="stop after this many env steps (all players together)")
     p["run"].add_argument("--target-return", type=float, help="stop once the mean of 20 recent returns reaches it")
     p["run"].add_argument("--max-crashes", type=one, default=5, help="crashes of one worker in 2 min that end the run")
+    ray = "run the workers as Ray tasks spread over the nodes of the Ray cluster at ADDRESS (auto, HOST:PORT)"
+    p["run"].add_argument("--ray", metavar="ADDRESS", help=ray)
     p["run"].add_argument("--eval-episodes", type=zero, default=10, help="episodes of the final eval (0: none)")
     for name in ("play", "train", "run"):
         p[name].add_argument("--buffer-size", type=one, help="sessions the database keeps, for every worker")

@@ -6,7 +6,9 @@ that exits cleanly, e.g. stopped by ``clear``, is left stopped), shows
 progress, and stops them all with a warm shutdown on Ctrl-C, after a number of
 env steps, or once the recent mean return reaches a target. Children run in
 sessions of their own (a terminal's Ctrl-C reaches only ``run``, which stops
-them once) and stop by themselves when ``run`` dies, even by kill -9.
+them once) and stop by themselves when ``run`` dies, even by kill -9. With
+``--ray`` the same supervision drives Ray tasks on a cluster's nodes instead
+(``tinyverse.raycluster``).
 """
 
 import logging
@@ -30,11 +32,18 @@ log = logging.getLogger(__name__)
 CRASH_WINDOW = 120.0  # crashes older than this are forgiven
 
 
+def spawn_local(argv: list[str], env: dict[str, str], logfile: Path) -> subprocess.Popen:
+    """Start one worker on this machine, its output appended to ``logfile``."""
+    with open(logfile, "ab") as out:  # a session of its own: a terminal's Ctrl-C reaches only run
+        io = dict(stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        return subprocess.Popen(argv, env=env, start_new_session=True, **io)
+
+
 class Child:
     """One supervised worker process, its log file and its crash history."""
 
-    def __init__(self, name: str, argv: list[str], logdir: Path, max_crashes: int, index: int, count: int):
-        self.name, self.argv, self.logfile = name, argv, logdir / f"{name}.log"
+    def __init__(self, name: str, argv: list[str], logdir: Path, max_crashes: int, index: int, count: int, spawn):
+        self.name, self.argv, self.logfile, self.spawn = name, argv, logdir / f"{name}.log", spawn
         self.max_crashes, self.restart_at, self.crashes = max_crashes, 0.0, deque()
         # e.g. Ape-X: player i of n explores with its own epsilon
         self.env = {**os.environ, "TINYVERSE_WORKER_INDEX": str(index), "TINYVERSE_WORKER_COUNT": str(count)}
@@ -43,9 +52,7 @@ class Child:
         self.finished = False  # exited with code 0: stopped on purpose, not restarted
 
     def start(self) -> None:
-        with open(self.logfile, "ab") as out:  # a session of its own: a terminal's Ctrl-C reaches only run
-            io = dict(stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-            self.proc = subprocess.Popen(self.argv, env=self.env, start_new_session=True, **io)
+        self.proc = self.spawn(self.argv, self.env, self.logfile)
 
     def tail(self, n: int = 8) -> str:
         lines = self.logfile.read_text(errors="replace").splitlines()[-n:]
@@ -119,12 +126,17 @@ def run_fleet(
     target_return: float | None = None,
     max_crashes: int = 5,
     log_every: float = 20.0,
+    spawn=spawn_local,
 ) -> str:
-    """Supervise the fleet until stopped; return why it stopped."""
+    """Supervise the fleet until stopped; return why it stopped.
+
+    ``spawn(argv, env, logfile)`` starts one worker and returns what ``subprocess.Popen``
+    would (poll, terminate, wait, kill): a local process, or a Ray task (tinyverse.raycluster).
+    """
     logdir = Path(tempfile.mkdtemp(prefix=f"tinyverse-{db.prefix}-"))
     roles = (("trainer", "train", train_args, trainers), ("player", "play", play_args, players))
     children = [
-        Child(f"{role}-{i}", [*base_argv, mode, *args], logdir, max_crashes, i, n)
+        Child(f"{role}-{i}", [*base_argv, mode, *args], logdir, max_crashes, i, n, spawn)
         for role, mode, args, n in roles
         for i in range(n)
     ]

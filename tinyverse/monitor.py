@@ -39,7 +39,8 @@ def info_text(db: Database, last: int = 100) -> str:
         used += f", lag {version - w['version']}" if used and version is not None else ""  # staleness
         used += f"  {w['pushes']:,} pushes, {w.get('conflicts', 0):,} races lost" if w.get("pushes") else ""
         used += f"  waiting {w['waiting']}" if w.get("waiting") else ""
-        lines.append(f"  {w['role']:<8}  {w['host']} pid {w['pid']}  up {_age(now - w['started'])}  {rate}{used}")
+        where = f"{w['host']} pid {w['pid']}" + (f" on {w['place']}" if w.get("place") else "")
+        lines.append(f"  {w['role']:<8}  {where}  up {_age(now - w['started'])}  {rate}{used}")
     lines += [] if workers else ["  workers   none alive"]
     if returns := [m["return"] for m in db.metrics("episodes", last)]:
         r = np.array(returns)

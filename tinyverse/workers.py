@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 HEARTBEAT_EVERY = 2.0  # seconds between heartbeats
 HEARTBEAT_TTL = 10.0  # a worker silent this long is gone
 PARENT = "TINYVERSE_PARENT_PID"  # set by run: its children stop when it is gone
+PLACE = "TINYVERSE_PLACE"  # set by a launcher that knows more than the host name (run --ray: the Ray node)
 
 
 class Worker:
@@ -38,6 +39,8 @@ class Worker:
             "cmdline": _digest(me),  # a digest: a --password on the command line stays out of the database
             "started": time.time(),
         }
+        if os.environ.get(PLACE):
+            self.info["place"] = os.environ[PLACE]
         self.parent = int(os.environ[PARENT]) if os.environ.get(PARENT, "").isdigit() else None
         self.last, self.said = 0.0, -30.0
 
