@@ -348,6 +348,30 @@ def test_every_policy_loss_trains(tmp_path, options):
     db.close()
 
 
+def test_rewards_train_scaled_unless_clipped(tmp_path):
+    """reward_scale s on rewards r trains as r x s does; clipped rewards ignore the scale."""
+    import atari
+
+    db = connect(f"sqlite:///{tmp_path / 's.db'}", "s")
+    play(atari.make_experiment(db, atari.Args(max_episode_steps=9)), db, batch_size=2, sessions=2, seed=0)
+    batch = db.get_batch([1, 2, 3, 4])
+    batch["rewards"] = np.random.default_rng(0).normal(0, 5, batch["rewards"].shape).astype(np.float32)
+    # no advantage normalisation: a scale would cancel in it; the value loss shows it too
+    options = dict(max_episode_steps=9, clip_rewards=False, normalize_advantages=False)
+
+    def value_loss(scale, rewards, clip=False):
+        torch.manual_seed(0)
+        exp = atari.make_experiment(None, atari.Args(**options | dict(reward_scale=scale, clip_rewards=clip)))
+        exp.prepare_training()
+        return exp.train_step(batch | {"rewards": rewards})["value_loss"]
+
+    scaled = value_loss(0.1, batch["rewards"])
+    assert scaled == pytest.approx(value_loss(1.0, batch["rewards"] * 0.1), rel=1e-4)
+    assert scaled != pytest.approx(value_loss(1.0, batch["rewards"]), rel=1e-2)
+    assert value_loss(0.1, batch["rewards"], clip=True) == pytest.approx(value_loss(1.0, batch["rewards"], clip=True))
+    db.close()
+
+
 def test_the_reuse_bound_is_a_pace():
     """Each update samples train_batch_size sessions of session_length ticks: max_reuse uses of each."""
     import atari
@@ -413,7 +437,7 @@ def test_the_racing_game_goes_through_the_same_learner():
     import atari
 
     exp = atari.make_experiment(None, atari.Args(env_id="CarRacing-v3"))
-    assert (exp.args.size, exp.args.noop_max, exp.args.clip_rewards) == (42, 0, False)  # its defaults, stored
+    assert (exp.args.size, exp.args.noop_max, exp.args.clip_rewards, exp.args.reward_scale) == (42, 0, False, 0.1)
     assert atari.Args().crop == "34,194,0,160" and atari.Args().clip_rewards  # Atari's unchanged
     env = exp.make_env()
     obs, _ = env.reset(seed=0)
