@@ -39,10 +39,11 @@ def greedy(exp):
     return lambda obs: int(exp.act(obs[None], {}, greedy=True)[0][0])
 
 
-def run(seed: int, seconds: float, kills: int, eval_every: float, options: list[str]) -> dict:
+def run(seed: int, seconds: float, kills: int, eval_every: float, options: list[str], buffer: int = 0) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix="bench-stays-"))
     env = {k: v for k, v in os.environ.items() if k != "TINYVERSE_DB"}
     cmd, sets = [sys.executable, "-m", "tinyverse", str(EXAMPLE)], [a for o in options for a in ("--set", o)]
+    sets += ["--buffer-size", str(buffer)] if buffer else []
     argvs = {f"player-{i}": [*cmd, "play", "-b", "4", "--seed", str(100 * seed + i), *sets] for i in range(2)}
     argvs["trainer"] = [*cmd, "train", "-b", "32", *sets]
     rng = random.Random(seed)
@@ -100,7 +101,7 @@ def run(seed: int, seconds: float, kills: int, eval_every: float, options: list[
     first = solved[0] if solved else "-"
     print(f"seed {seed}: final eval {final:.1f} (v{version}); first solved at {first} s; "
           f"evals >= {SOLVED:g} in the last 60 s: {late[0]}/{late[1]}", flush=True)  # fmt: skip
-    return dict(seed=seed, seconds=seconds, kills=killed, options=options, final=final, version=version,
+    return dict(seed=seed, seconds=seconds, kills=killed, options=options, buffer=buffer, final=final, version=version,
                 first_solved=solved[0] if solved else None, curve=curve)  # fmt: skip
 
 
@@ -111,18 +112,20 @@ def main():
     parser.add_argument("--kills", type=int, default=0, help="random kill -9 of workers during each run")
     parser.add_argument("--eval-every-s", type=float, default=15.0, help="training seconds between evals")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="options of the example")
+    parser.add_argument("--buffer-size", type=int, default=0, help="sessions the database keeps (0: the example's)")
     parser.add_argument("--out", help="append each run's row here (JSON lines)")
     args = parser.parse_args()
     rows = []
     for seed in (int(s) for s in args.seeds.split(",")):
-        rows.append(run(seed, args.seconds, args.kills, args.eval_every_s, args.set))
+        rows.append(run(seed, args.seconds, args.kills, args.eval_every_s, args.set, args.buffer_size))
         if args.out:
             with open(args.out, "a") as f:
                 f.write(json.dumps(rows[-1]) + "\n")
     finals = [r["final"] for r in rows]
     passed = sum(f >= SOLVED for f in finals)
     print(f"final evals {', '.join(f'{f:.0f}' for f in finals)}: {passed}/{len(rows)} >= {SOLVED:g}; "
-          f"mean {np.mean(finals):.0f}; options {args.set or 'defaults'}, kills {args.kills}")  # fmt: skip
+          f"mean {np.mean(finals):.0f}; options {args.set or 'defaults'}, kills {args.kills}, "
+          f"buffer {args.buffer_size or 'default'}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -112,6 +112,28 @@ def test_n_step_returns_bootstrap_on_truncation_only(example):
     assert boot[..., 0].tolist() == [[-1, -1, -3, -3, 6, 6]]
 
 
+def test_cartpole_dqn_step_size_decays_with_the_shared_update_count():
+    module = load("cartpole_dqn.py")
+    args = module.Args(learning_rate=1e-3, lr_end=1e-4, lr_updates=100)
+    exp = module.make_experiment(None, args)
+    exp.prepare_training()
+    rng, B, T = np.random.default_rng(0), 2, 4
+    batch = {
+        "observations": rng.normal(size=(B, T + 1, 4)).astype(np.float32),
+        "final_observations": np.zeros((B, T, 4), np.float32),
+        "actions": rng.integers(2, size=(B, T)),
+        "rewards": np.ones((B, T), np.float32),
+        "terminated": np.zeros((B, T), bool),
+        "truncated": np.zeros((B, T), bool),
+    }
+    steps = {}
+    for updates in (0, 50, 100, 5000):  # as a restarted trainer finds it in the params
+        exp.updates = updates
+        exp.train_step(batch)
+        steps[updates] = exp.optimizer.param_groups[0]["lr"]
+    assert steps == pytest.approx({0: 1e-3, 50: 5.5e-4, 100: 1e-4, 5000: 1e-4})
+
+
 def test_numpy_backprop_matches_finite_differences():
     m = load("cartpole_numpy.py")
     rng = np.random.default_rng(0)
