@@ -75,6 +75,8 @@ class Args:
     """exploration epsilon of players after ``eps_updates`` updates"""
     eps_updates: int = 2000
     """trainer updates over which epsilon decays linearly"""
+    greedy_target: bool = False
+    """greedy play (eval) uses the target net, the online net averaged over ~1/tau updates, not its last step"""
     # with train -b 16 (512 transitions an update): 128 replayed transitions per env step (SB3's zoo: 32);
     # in simulation 0.5 updates an env step learned slower per update, 0.125 no faster
     updates_per_step: float = 0.25
@@ -127,7 +129,8 @@ class CartPoleDQN(tinyverse.Experiment):
 
     @torch.no_grad()
     def act(self, observations, memory, greedy=False):
-        actions = self.q(torch.as_tensor(observations, dtype=torch.float32)).argmax(1).numpy()
+        net = self.target if greedy and self.args.greedy_target else self.q
+        actions = net(torch.as_tensor(observations, dtype=torch.float32)).argmax(1).numpy()
         if not greedy:
             explore = self.rng.random(len(actions)) < self.epsilon()
             actions = np.where(explore, self.rng.integers(self.n_act, size=len(actions)), actions)

@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+import torch
 from conftest import ROOT, run_cli
 
 from tinyverse.database import connect
@@ -132,6 +133,19 @@ def test_cartpole_dqn_step_size_decays_with_the_shared_update_count():
         exp.train_step(batch)
         steps[updates] = exp.optimizer.param_groups[0]["lr"]
     assert steps == pytest.approx({0: 1e-3, 50: 5.5e-4, 100: 1e-4, 5000: 1e-4})
+
+
+@pytest.mark.parametrize("greedy_target", [False, True])
+def test_cartpole_dqn_greedy_play_may_use_the_target_net(greedy_target):
+    module = load("cartpole_dqn.py")
+    exp = module.make_experiment(None, module.Args(eps_end=0.0, greedy_target=greedy_target))
+    exp.updates = exp.args.eps_updates  # exploration over: players act greedily on the online net
+    with torch.no_grad():
+        exp.q[-1].bias.copy_(torch.tensor([100.0, 0.0]))  # the online net's latest step prefers action 0
+        exp.target[-1].bias.copy_(torch.tensor([0.0, 100.0]))  # its running average, action 1
+    observations = np.zeros((3, 4), np.float32)
+    assert exp.act(observations, {})[0].tolist() == [0, 0, 0]
+    assert exp.act(observations, {}, greedy=True)[0].tolist() == [int(greedy_target)] * 3
 
 
 def test_numpy_backprop_matches_finite_differences():
