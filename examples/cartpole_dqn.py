@@ -31,7 +31,8 @@ decays linearly to 1e-4 over the first 20,000 updates (counted by all
 trainers, kept in the params, so a restarted trainer resumes the schedule)
 and the buffer keeps 320k transitions: with both, 15 of 15 evals in the last
 minute of three 210-s runs stayed >= 475, against 8 of 15 before
-(``bench/stays.py``).
+(``bench/stays.py``). Not a cure: in a later set of three, one run's evals
+fell to ~10 after two minutes and stayed there.
 
 Double DQN: https://arxiv.org/abs/1509.06461 (the online net picks the next
 action, the target net values it).
