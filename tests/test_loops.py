@@ -417,7 +417,7 @@ def test_a_stopped_trainer_counts_only_its_updates(db):
     play(FakeExperiment(db), db, batch_size=2, sessions=2)
     exp = RunsDry(db, batches=5)
     exp.updates_per_step = 1.0  # a pace, so that updates are counted
-    thread, outcome = in_thread(lambda: train(exp, db, batch_size=2, save_every=100))
+    thread, outcome = in_thread(lambda: train(exp, db, batch_size=exp.train_batch_size, save_every=100))
     try:
         wait_until(lambda: trainer_waiting(db, "for a batch"), "the trainer to run dry")
     finally:
@@ -426,6 +426,25 @@ def test_a_stopped_trainer_counts_only_its_updates(db):
         joined(thread, outcome)
     assert db.load_params()[1]["updates"][0] == exp.updates[0] == 5
     assert db.counter("updates") == 5, "the pace counts an update that was never made"
+
+
+@pytest.mark.parametrize("batch_size, counted", [(8, 2.0), (2, 0.5)])
+def test_the_pace_counts_an_update_by_its_batch(db, batch_size, counted):
+    # train -b B makes B / train_batch_size updates' worth of samples: a bigger batch, fewer updates
+    T = 5
+    exp = FakeExperiment(db, session_length=T)
+    play(exp, db, batch_size=4, sessions=5)  # 20 sessions, 100 env steps
+    exp.updates_per_step, exp.learning_starts, exp.pace_slack = 0.4, 0, 0  # 40 updates of 4 sessions
+    thread, outcome = in_thread(lambda: train(exp, db, batch_size=batch_size, save_every=1000))
+    try:
+        wait_until(lambda: trainer_waiting(db, "for players"), "the trainer to reach the pace")
+    finally:
+        for w in db.workers():
+            db.request_stop(w["id"])
+        joined(thread, outcome)
+    made = int(exp.updates[0])
+    assert made == pytest.approx(40 / counted, abs=1), f"{made} updates of {batch_size} sessions"
+    assert db.counter("updates") == pytest.approx(40, abs=1)
 
 
 def test_per_tick_outputs_of_act_are_stored_with_the_sessions(db):

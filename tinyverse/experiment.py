@@ -76,7 +76,8 @@ class Experiment:
     save_every: int = 100
     #: params arrays (globs) each trainer keeps its own, such as a target network: never merged
     local_params: tuple[str, ...] = ()
-    #: the pace the loops hold: trainer updates per env step played (None: each side runs free)
+    #: the pace the loops hold: trainer updates of ``train_batch_size`` sessions per env step played
+    #: (None: each side runs free); an update of ``train -b B`` counts ``B / train_batch_size``
     updates_per_step: float | None = None
     #: env steps played before the first update (the replay buffer's minimum fill)
     learning_starts: int = 0

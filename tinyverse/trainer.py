@@ -108,7 +108,7 @@ def train(
     """
     if buffer_size is not None:
         db.set_capacity(buffer_size)
-    pace = Pace(exp, db)
+    pace = Pace(exp, db, batch_size)
     db.layout = check_layout(exp, db)
     publisher = Publisher(exp, db, push_coef, sync, push_only, exp.local_params)
     version = publisher.version
