@@ -12,6 +12,7 @@ from tinyverse.errors import ParamsMismatch, TinyverseError
 from tinyverse.evaluation import evaluate
 from tinyverse.player import play
 from tinyverse.trainer import train
+from tinyverse.workers import Worker
 
 LAYOUT = {
     "observations": np.float32,
@@ -445,6 +446,21 @@ def test_the_pace_counts_an_update_by_its_batch(db, batch_size, counted):
     made = int(exp.updates[0])
     assert made == pytest.approx(40 / counted, abs=1), f"{made} updates of {batch_size} sessions"
     assert db.counter("updates") == pytest.approx(40, abs=1)
+
+
+def test_a_batch_per_player_grows_and_shrinks_with_the_live_players(db):
+    play(FakeExperiment(db), db, batch_size=4, sessions=5)  # 20 sessions
+    players = [Worker(db, "player") for _ in range(3)]
+    for w in players:
+        w.beat(force=True)
+    sizes = []
+    exp = FakeExperiment(db, on_train=lambda n: [w.leave() for w in players[1:]] if n == 3 else None)
+    exp.batch_per_player, exp.prefetch, exp.updates_per_step = True, 0, 100.0  # a pace: updates are counted
+    step = exp.train_step
+    exp.train_step = lambda batch: (sizes.append(len(batch["rewards"])), step(batch))[1]
+    train(exp, db, batch_size=2, steps=6, report_every=0)  # looks at the players after every update
+    assert sizes == [6, 6, 6, 2, 2, 2], "2 sessions a live player"
+    assert db.counter("updates") == (3 * 6 + 3 * 2) // exp.train_batch_size, "counted by samples"
 
 
 def test_per_tick_outputs_of_act_are_stored_with_the_sessions(db):

@@ -70,6 +70,9 @@ class Experiment:
     play_batch_size: int = 1
     #: default of ``train -b``: sessions in a minibatch
     train_batch_size: int = 32
+    #: ``train -b`` is per live player: the batch grows with the players (checked every 2 s), and the pace
+    #: counts it so, so more players bring fewer, larger updates instead of waiting for the trainer
+    batch_per_player: bool = False
     #: batches the trainer prepares in a background thread (0: fetch in the training thread)
     prefetch: int = 2
     #: default of ``train -s``: updates between the trainer's publications of params

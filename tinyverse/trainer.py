@@ -84,6 +84,13 @@ def check_layout(exp: Experiment, db: Database) -> list | None:
     return stored
 
 
+def grown(batch_size: int, exp: Experiment, db: Database) -> int:
+    """The batch to sample: ``batch_size`` sessions, times the live players if the experiment asks."""
+    if not exp.batch_per_player:
+        return batch_size
+    return batch_size * max(1, sum(w["role"] == "player" for w in db.workers()))
+
+
 def train(
     exp: Experiment,
     db: Database,
@@ -99,6 +106,8 @@ def train(
 ) -> int:
     """Train on batches of ``batch_size`` sessions for ``steps`` updates (for ever if None).
 
+    With ``exp.batch_per_player`` a batch is ``batch_size`` times the live players.
+
     Resumes from stored params (never overwrites them with a random init), keeps
     the experiment's pace (:class:`~tinyverse.workers.Pace`), publishes every ``save_every`` updates,
     when it starts to wait for players, and on SIGINT/SIGTERM, as a delta merged
@@ -108,7 +117,7 @@ def train(
     """
     if buffer_size is not None:
         db.set_capacity(buffer_size)
-    pace = Pace(exp, db, batch_size)
+    pace = Pace(exp, db)
     db.layout = check_layout(exp, db)
     publisher = Publisher(exp, db, push_coef, sync, push_only, exp.local_params)
     version = publisher.version
@@ -125,8 +134,8 @@ def train(
 
     def starved():
         nonlocal batch
-        if batch is None and (stored := db.count_sessions()[0]) < batch_size:  # before the first batch only
-            return f"for sessions: {stored} of {batch_size} stored; start a player: python -m tinyverse EXP play"
+        if batch is None and (stored := db.count_sessions()[0]) < (b := prefetch.batch_size):  # before the first
+            return f"for sessions: {stored} of {b} stored; start a player: python -m tinyverse EXP play"
         batch = prefetch.get()
         return None if batch is not None else "for a batch (sampling is slow, or skips corrupt or foreign records)"
 
@@ -134,11 +143,12 @@ def train(
         prefetch = None
         try:
             worker.beat(force=True, updates=0, version=version, pace=pace.spec)
-            prefetch = Prefetcher(exp, db, batch_size, exp.prefetch)
+            prefetch = Prefetcher(exp, db, grown(batch_size, exp, db), exp.prefetch)
             for _ in range(steps) if steps is not None else itertools.count():
                 if not (worker.wait(flag, starved) and worker.wait(flag, pace.trainer_waits, publish)):
                     break
                 metrics = exp.train_step(batch)
+                pace.count(len(batch["rewards"]))
                 done += 1
                 for k, v in (metrics or {}).items():
                     sums[k] = sums.get(k, 0.0) + float(v)
@@ -152,9 +162,11 @@ def train(
                     flag.stop = True
                 if now - last_report >= report_every or done == steps:
                     pace.flush()
+                    prefetch.batch_size = grown(batch_size, exp, db)
                     means = {k: v / count for k, v in sums.items()}
                     env_steps = db.count_sessions()[1] * exp.session_length
                     record = {"time": time.time(), "updates": done, "steps": env_steps, "version": version}
+                    record["batch"] = prefetch.batch_size
                     record |= {"worker": worker.id, "push_s": round(publisher.seconds, 4), "pushes": publisher.pushes}
                     record["push_conflicts"] = publisher.conflicts
                     db.add_metrics("train", [{**record, **means}])

@@ -90,11 +90,11 @@ class Pace:
     players are ahead of trainers. Players wait while lead > slack; trainers wait until
     ``learning_starts`` env steps are played and while lead < -slack. Both counters live
     in the database, so any number of players and trainers can join and leave.
-    Updates count in samples: one of ``batch_size`` sessions counts
-    ``batch_size / train_batch_size``, so ``train -b 64`` makes half the updates of ``-b 32``.
+    Updates count in samples: one on B sessions counts ``B / train_batch_size``, so
+    ``train -b 64`` makes half the updates of ``-b 32``.
     """
 
-    def __init__(self, exp, db: Database, batch_size: int | None = None):
+    def __init__(self, exp, db: Database):
         self.ratio, self.starts, self.slack = exp.updates_per_step, exp.learning_starts, exp.pace_slack
         if (self.ratio is not None and not self.ratio > 0) or self.starts < 0 or self.slack < 0:
             raise ExperimentError(
@@ -102,8 +102,8 @@ class Pace:
                 f"pace_slack {self.slack} (>= 0)"
             )
         self.db, self.T, self.spec = db, exp.session_length, [self.ratio, self.starts, self.slack, exp.session_length]
-        self.weight = (batch_size or exp.train_batch_size) / exp.train_batch_size  # what one update counts
-        self.pending, self.allowance = 0.0, 0  # updates not yet counted; updates allowed without a look
+        self.unit = exp.train_batch_size
+        self.pending, self.room = 0.0, 0.0  # updates not yet counted; updates allowed without a look
 
     def played(self) -> int:
         return self.db.count_sessions()[1] * self.T
@@ -118,20 +118,22 @@ class Pace:
         return f"for the trainers: {updates:,} updates for {played:,} env steps, target {self.ratio:g} an env step"
 
     def trainer_waits(self) -> str | None:
-        """What a trainer waits for before its next update, or None (then the update is counted)."""
-        if self.allowance > 0:  # room known from the last look: no round trip
-            self.allowance -= 1
-            self.pending += self.weight
+        """What a trainer waits for before its next update, or None."""
+        if self.room > 0:  # room known from the last look: no round trip
             return None
         played, updates = self.played(), self.flush()
         if played < self.starts:
             return f"for players: {played:,} of {self.starts:,} env steps played before learning starts"
         room = 2000 if self.ratio is None else self.ratio * (played - self.starts + self.slack) - updates
-        if room < min(1.0, self.weight):
+        if room <= 0:
             return f"for players: {updates:,} updates for {played:,} env steps, target {self.ratio:g} an env step"
-        self.allowance = int(min(room / 2 / self.weight, 1000))  # look again halfway: others share the room
-        self.pending += self.weight
+        self.room = min(room / 2, 1000)  # look again halfway: other trainers share the room
         return None
+
+    def count(self, sessions: int) -> None:
+        """Count an update on ``sessions`` sessions."""
+        self.pending += sessions / self.unit
+        self.room -= sessions / self.unit
 
     def flush(self) -> int:
         """Count this trainer's whole updates in the database; return the total of all trainers."""
