@@ -57,6 +57,11 @@ learning_starts + pace_slack). That is the bound this file's trainer kept before
 replay_ratio x env steps) when learning_starts = pace_slack, as in the CartPole preset; the
 Acrobot/LunarLander preset (learning_starts 0, as SB3's zoo) lets the trainer run up to
 replay_ratio x pace_slack updates ahead of it.
+
+More players (``--set batch_per_player=true``): the trainer's batch is ``batch_sessions`` per live
+player, and the core's pace counts an update of n x ``batch_sessions`` as n updates, as do this
+file's schedules (epsilon, PER's beta, the target net's copies): every transition is sampled as
+often, in fewer, larger updates, which cost less than their size on a CPU.
 """
 
 import os
@@ -98,6 +103,8 @@ class Args:
     """env steps played before the first update (players run ahead by this much)"""
     pace_slack: int = 1000
     """env steps a player may run ahead of updates / replay_ratio"""
+    batch_per_player: bool = False
+    """batch_sessions per live player: more players, larger updates (counted so by every schedule)"""
     target_every: int | None = None
     """updates between copies of the online net into the target net"""
     max_grad_norm: float = 10.0
@@ -342,7 +349,7 @@ class DQN(tinyverse.Experiment):
         self.updates_per_step, self.learning_starts, self.pace_slack = a.replay_ratio, a.learning_starts, a.pace_slack
         self.session_length = a.session_length
         self.buffer_size = max(1, a.buffer_transitions // a.session_length)
-        self.train_batch_size = a.batch_sessions
+        self.train_batch_size, self.batch_per_player = a.batch_sessions, a.batch_per_player
         env = self.make_env()
         assert isinstance(env.action_space, gym.spaces.Discrete), "only discrete actions"
         assert len(env.observation_space.shape) == 1, "only vector observations"
@@ -454,7 +461,8 @@ class DQN(tinyverse.Experiment):
         loss.backward()
         nn.utils.clip_grad_norm_(self.q.parameters(), a.max_grad_norm)
         self.optimizer.step()
-        self.updates, self.since_target = self.updates + 1, self.since_target + 1
+        n = max(1, round(B / a.batch_sessions))  # a batch of n x batch_sessions counts n: schedules hold per sample
+        self.updates, self.since_target = self.updates + n, self.since_target + n
         if self.since_target >= a.target_every:
             self.target.load_state_dict(self.q.state_dict())
             self.since_target = 0
