@@ -35,6 +35,15 @@ from tinyverse.database import connect  # noqa: E402
 from tinyverse.experiment import load_experiment  # noqa: E402
 
 
+def commit() -> str:
+    """The checkout's commit, with + if the tree has changes."""
+
+    def git(*a):
+        return subprocess.run(["git", *a], capture_output=True, text=True, cwd=Path(__file__).parent).stdout.strip()
+
+    return git("rev-parse", "--short", "HEAD") + ("+" if git("status", "--porcelain", "-uno") else "")
+
+
 def greedy(exp):
     return lambda obs: int(exp.act(obs[None], {}, greedy=True)[0][0])
 
@@ -114,10 +123,12 @@ def main():
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="options of the example")
     parser.add_argument("--buffer-size", type=int, default=0, help="sessions the database keeps (0: the example's)")
     parser.add_argument("--out", help="append each run's row here (JSON lines)")
+    parser.add_argument("--label", default="", help="a name for this configuration, kept in the rows")
     args = parser.parse_args()
     rows = []
     for seed in (int(s) for s in args.seeds.split(",")):
         rows.append(run(seed, args.seconds, args.kills, args.eval_every_s, args.set, args.buffer_size))
+        rows[-1] |= {"label": args.label, "commit": commit()} if args.label else {"commit": commit()}
         if args.out:
             with open(args.out, "a") as f:
                 f.write(json.dumps(rows[-1]) + "\n")

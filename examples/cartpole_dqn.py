@@ -63,7 +63,7 @@ class Args:
     lr_end: float = 1e-4
     """Adam step size after ``lr_updates`` updates, reached linearly (keeps a solved policy from drifting off)"""
     lr_updates: int = 20_000
-    """trainer updates over which the step size decays (all trainers', shared through params)"""
+    """updates of train_batch_size sessions over which the step size decays (all trainers', in the params)"""
     gamma: float = 0.99
     """discount factor"""
     n_step: int = 5
@@ -75,7 +75,7 @@ class Args:
     eps_end: float = 0.02
     """exploration epsilon of players after ``eps_updates`` updates"""
     eps_updates: int = 2000
-    """trainer updates over which epsilon decays linearly"""
+    """updates of train_batch_size sessions over which epsilon decays linearly"""
     greedy_target: bool = False
     """greedy play (eval) uses the target net, the online net averaged over ~1/tau updates, not its last step"""
     # with train -b 16 (512 transitions an update): 128 replayed transitions per env step (SB3's zoo: 32);
@@ -160,7 +160,7 @@ class CartPoleDQN(tinyverse.Experiment):
         self.optimizer.zero_grad()
         loss.backward()
         self.optimizer.step()
-        self.updates += 1
+        self.updates += max(1, round(len(batch["rewards"]) / self.train_batch_size))  # counted as the pace counts
         with torch.no_grad():  # Polyak averaging of the target net
             torch._foreach_lerp_(*self.pairs, a.tau)
         return {"loss": loss.item(), "q": q.mean().item()}

@@ -133,6 +133,10 @@ def test_cartpole_dqn_step_size_decays_with_the_shared_update_count():
         exp.train_step(batch)
         steps[updates] = exp.optimizer.param_groups[0]["lr"]
     assert steps == pytest.approx({0: 1e-3, 50: 5.5e-4, 100: 1e-4, 5000: 1e-4})
+    # the schedules count samples, as the pace does: an update on 2 x train_batch_size sessions counts 2
+    exp.updates, exp.train_batch_size = 0, B // 2
+    exp.train_step(batch)
+    assert exp.updates == 2
 
 
 @pytest.mark.parametrize("greedy_target", [False, True])
