@@ -126,6 +126,8 @@ class Args:
     """the trainer samples among the newest sessions only"""
     max_reuse: float = 4.0
     """the pace: each recorded tick is trained on this many times on average"""
+    trainer_threads: int = 2
+    """torch threads of a trainer on the CPU (players keep 1): on 2 cores Pong's player waits for the trainer"""
 
     def __post_init__(self):
         """Fill the options left unset from the game's defaults: the stored options are complete."""
@@ -306,6 +308,7 @@ class Atari(tinyverse.Experiment):
     # -- trainer ----------------------------------------------------------------
     def prepare_training(self):
         prepare(self, self.args.learning_rate)
+        torch.set_num_threads(self.args.trainer_threads)
 
     def sample(self, db, batch_size):
         return sample_recent(db, batch_size, self.args.recent_sessions)
