@@ -205,7 +205,7 @@ def run_tinyverse(
     """
     workdir = Path(tempfile.mkdtemp(prefix="tinyverse-bench-dqn-"))
     url = f"sqlite:///{workdir / 'bench.db'}"
-    chosen = ABLATIONS[config] if options is None else options
+    chosen = ABLATIONS.get(config, {}) if options is None else options
     options = {"env_id": env_id, "seed": str(seed), **chosen, **dict(extra)}
     sets = [a for k, v in options.items() for a in ("--set", f"{k}={v}")]
     total, every = max_steps or ZOO[env_id]["n_timesteps"], eval_every or EVAL_EVERY[env_id]
@@ -437,7 +437,8 @@ def main():
             else:
                 runs = [("sb3", 1, "-")] if "sb3" in args.systems else []
                 if "tinyverse" in args.systems:
-                    runs += [("tinyverse", int(n), "all") for n in args.players.split(",")]
+                    named = " ".join(f"{k}={v}" for k, v in extra) or "all"  # --set options name the config
+                    runs += [("tinyverse", int(n), named) for n in args.players.split(",")]
             for system, players, config in runs:
                 print(f"# {env_id} seed {seed}: {system} players={players} config={config}", flush=True)
                 if system == "sb3":
