@@ -126,8 +126,8 @@ class Args:
     """the trainer samples among the newest sessions only"""
     max_reuse: float = 4.0
     """the pace: each recorded tick is trained on this many times on average"""
-    trainer_threads: int = 2
-    """torch threads of a trainer on the CPU (players keep 1): on 2 cores Pong's player waits for the trainer"""
+    trainer_threads: int = 1
+    """torch threads of a trainer on the CPU (players keep 1; 2 trained Pong no faster on 2 cores)"""
 
     def __post_init__(self):
         """Fill the options left unset from the game's defaults: the stored options are complete."""
