@@ -64,6 +64,8 @@ class Args:
     """Adam step size after ``lr_updates`` updates, reached linearly (keeps a solved policy from drifting off)"""
     lr_updates: int = 20_000
     """updates of train_batch_size sessions over which the step size decays (all trainers', in the params)"""
+    warmup: int = 200
+    """a trainer that resumes trained params ramps its step size up over this many of its updates"""
     gamma: float = 0.99
     """discount factor"""
     n_step: int = 5
@@ -143,12 +145,17 @@ class CartPoleDQN(tinyverse.Experiment):
     # -- trainer ----------------------------------------------------------------
     def prepare_training(self):
         self.optimizer = torch.optim.Adam(self.q.parameters(), lr=self.args.learning_rate, fused=True)
+        self.mine, self.resumed = 0, None  # this trainer's updates; whether it started from trained params
         self.pairs = list(self.target.parameters()), list(self.q.parameters())  # for Polyak averaging
 
     def train_step(self, batch):
         a = self.args
+        if self.resumed is None:  # a restarted trainer's Adam starts afresh: its first steps are full size
+            self.resumed = self.updates > 0  # (m / sqrt(v) ~ 1 for every weight), a jolt to a solved net
+        self.mine += 1
+        warm = min(1.0, self.mine / a.warmup) if self.resumed else 1.0
         for group in self.optimizer.param_groups:  # the schedule follows the shared update count
-            group["lr"] = a.lr_end + (a.learning_rate - a.lr_end) * max(0.0, 1 - self.updates / a.lr_updates)
+            group["lr"] = warm * (a.lr_end + (a.learning_rate - a.lr_end) * max(0.0, 1 - self.updates / a.lr_updates))
         obs = torch.as_tensor(batch["observations"][:, :-1]).flatten(0, 1)
         actions = torch.as_tensor(batch["actions"]).flatten().long()
         returns, discount, next_obs = (torch.as_tensor(x).flatten(0, 1) for x in n_step(batch, a.n_step, a.gamma))
