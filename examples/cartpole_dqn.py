@@ -24,15 +24,18 @@ steps, where it used to start at its first batch (16 sessions: 512 env steps).
 
 Staying solved: a fleet left running (2 x ``play -b 4``, ``train -b 32``)
 solved CartPole within a minute, then its greedy evals kept dropping to
-100-250 and coming back: at a constant step size of 2e-3 the Q-values of a
-solved policy drift, and the replay buffer (80k transitions, under a minute of
-this fleet's play) soon holds nothing but balanced poles. The step size now
-decays linearly to 1e-4 over the first 20,000 updates (counted by all
-trainers, kept in the params, so a restarted trainer resumes the schedule)
-and the buffer keeps 320k transitions: with both, 15 of 15 evals in the last
-minute of three 210-s runs stayed >= 475, against 8 of 15 before
-(``bench/stays.py``). Not a cure: in a later set of three, one run's evals
-fell to ~10 after two minutes and stayed there.
+100-250 and coming back. Three causes, three fixes (``bench/stays.py``):
+at a constant step size of 2e-3 the Q-values of a solved policy drift (the
+step size now decays linearly to 1e-4 over 20,000 updates, counted by all
+trainers and kept in the params, so a restarted trainer resumes the
+schedule); the replay buffer (80k transitions, under a minute of this
+fleet's play) soon held nothing but balanced poles (it keeps 320k now); and
+``train -b 32`` replayed every transition twice as often as the pace
+declared for 16 sessions (the core's pace now counts an update by its
+sessions, and so do this file's schedules). Without kills the last two sets
+of three runs ended at 486, 500, 500 and 500, 500, 500. Not solved with 10
+random kill -9 a run: 452, 500, 500, then 500, 10, 500; runs that fell did
+so after a restart of the trainer (a warm-up of its fresh Adam did not help).
 
 Double DQN: https://arxiv.org/abs/1509.06461 (the online net picks the next
 action, the target net values it).
@@ -64,8 +67,6 @@ class Args:
     """Adam step size after ``lr_updates`` updates, reached linearly (keeps a solved policy from drifting off)"""
     lr_updates: int = 20_000
     """updates of train_batch_size sessions over which the step size decays (all trainers', in the params)"""
-    warmup: int = 200
-    """a trainer that resumes trained params ramps its step size up over this many of its updates"""
     gamma: float = 0.99
     """discount factor"""
     n_step: int = 5
@@ -145,17 +146,12 @@ class CartPoleDQN(tinyverse.Experiment):
     # -- trainer ----------------------------------------------------------------
     def prepare_training(self):
         self.optimizer = torch.optim.Adam(self.q.parameters(), lr=self.args.learning_rate, fused=True)
-        self.mine, self.resumed = 0, None  # this trainer's updates; whether it started from trained params
         self.pairs = list(self.target.parameters()), list(self.q.parameters())  # for Polyak averaging
 
     def train_step(self, batch):
         a = self.args
-        if self.resumed is None:  # a restarted trainer's Adam starts afresh: its first steps are full size
-            self.resumed = self.updates > 0  # (m / sqrt(v) ~ 1 for every weight), a jolt to a solved net
-        self.mine += 1
-        warm = min(1.0, self.mine / a.warmup) if self.resumed else 1.0
         for group in self.optimizer.param_groups:  # the schedule follows the shared update count
-            group["lr"] = warm * (a.lr_end + (a.learning_rate - a.lr_end) * max(0.0, 1 - self.updates / a.lr_updates))
+            group["lr"] = a.lr_end + (a.learning_rate - a.lr_end) * max(0.0, 1 - self.updates / a.lr_updates)
         obs = torch.as_tensor(batch["observations"][:, :-1]).flatten(0, 1)
         actions = torch.as_tensor(batch["actions"]).flatten().long()
         returns, discount, next_obs = (torch.as_tensor(x).flatten(0, 1) for x in n_step(batch, a.n_step, a.gamma))
