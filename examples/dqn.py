@@ -58,10 +58,12 @@ replay_ratio x env steps) when learning_starts = pace_slack, as in the CartPole 
 Acrobot/LunarLander preset (learning_starts 0, as SB3's zoo) lets the trainer run up to
 replay_ratio x pace_slack updates ahead of it.
 
-More players (``--set batch_per_player=true``): the trainer's batch is ``batch_sessions`` per live
-player, and the core's pace counts an update of n x ``batch_sessions`` as n updates, as do this
-file's schedules (epsilon, PER's beta, the target net's copies): every transition is sampled as
-often, in fewer, larger updates, which cost less than their size on a CPU.
+More players (``batch_per_player``, on by default; ``--set batch_per_player=false`` turns it off):
+the trainer's batch is ``batch_sessions`` per live player, and the core's pace counts an update of
+n x ``batch_sessions`` as n updates, as do this file's schedules (epsilon, PER's beta, the target
+net's copies): every transition is sampled as often, in fewer, larger updates, which cost less than
+their size on a CPU. Measured on 2 cores (``bench/dqn.py``, 3 seeds, median time to solve): CartPole
+1 player 38 s, 2 players 30 s, 2 players with larger batches 18 s; Acrobot 68, 58 and 56 s.
 """
 
 import os
@@ -103,7 +105,7 @@ class Args:
     """env steps played before the first update (players run ahead by this much)"""
     pace_slack: int = 1000
     """env steps a player may run ahead of updates / replay_ratio"""
-    batch_per_player: bool = False
+    batch_per_player: bool = True
     """batch_sessions per live player: more players, larger updates (counted so by every schedule)"""
     target_every: int | None = None
     """updates between copies of the online net into the target net"""
