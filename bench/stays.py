@@ -2,6 +2,7 @@
 
     python bench/stays.py                           # 3 runs of 210 s: 2 x play -b 4, train -b 32
     python bench/stays.py --kills 10                # and 10 random kill -9 of workers during each run
+    python bench/stays.py --kills 10 --kill trainer # only of the trainer
     python bench/stays.py --set learning_rate=1e-3 --out rows.jsonl   # options of cartpole_dqn.py
 
 The fleet of ``examples/cartpole_dqn.py`` (real subprocesses on a fresh SQLite file) runs for
@@ -9,8 +10,9 @@ The fleet of ``examples/cartpole_dqn.py`` (real subprocesses on a fresh SQLite f
 solved is. Every ``--eval-every-s`` seconds all workers are paused (SIGSTOP), this process loads the
 newest params and plays 20 greedy episodes, and the workers go on (SIGCONT): evals are not on the
 clock. ``--kills N`` kills a random worker with SIGKILL at N random moments and starts it again at
-once, as ``run`` would. At the end the workers stop warmly (SIGINT: the trainer publishes) and the
-stored params play the final 20-episode eval; the bar is a final eval >= 475 in every run.
+once, as ``run`` would (``--kill trainer`` or ``player``: only those). At the end the workers stop
+warmly (SIGINT: the trainer publishes) and the stored params play the final 20-episode eval; the bar
+is a final eval >= 475 in every run.
 """
 
 import argparse
@@ -48,7 +50,7 @@ def greedy(exp):
     return lambda obs: int(exp.act(obs[None], {}, greedy=True)[0][0])
 
 
-def run(seed: int, seconds: float, kills: int, eval_every: float, options: list[str], buffer: int = 0) -> dict:
+def run(seed: int, seconds: float, kills: int, eval_every: float, options: list[str], buffer: int = 0, kill="") -> dict:
     workdir = Path(tempfile.mkdtemp(prefix="bench-stays-"))
     env = {k: v for k, v in os.environ.items() if k != "TINYVERSE_DB"}
     cmd, sets = [sys.executable, "-m", "tinyverse", str(EXAMPLE)], [a for o in options for a in ("--set", o)]
@@ -75,7 +77,7 @@ def run(seed: int, seconds: float, kills: int, eval_every: float, options: list[
             clock = time.monotonic() - begin - paused
             while kill_at and kill_at[0] <= clock:
                 kill_at.pop(0)
-                name = rng.choice(sorted(procs))
+                name = rng.choice(sorted(n for n in procs if kill in n))
                 procs[name].kill()
                 procs[name].wait()
                 killed.append((round(clock, 1), name))
@@ -119,6 +121,7 @@ def main():
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds, one run each")
     parser.add_argument("--seconds", type=float, default=210.0, help="training clock of each run")
     parser.add_argument("--kills", type=int, default=0, help="random kill -9 of workers during each run")
+    parser.add_argument("--kill", default="", choices=["", "player", "trainer"], help="kill only these workers")
     parser.add_argument("--eval-every-s", type=float, default=15.0, help="training seconds between evals")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="options of the example")
     parser.add_argument("--buffer-size", type=int, default=0, help="sessions the database keeps (0: the example's)")
@@ -127,7 +130,7 @@ def main():
     args = parser.parse_args()
     rows = []
     for seed in (int(s) for s in args.seeds.split(",")):
-        rows.append(run(seed, args.seconds, args.kills, args.eval_every_s, args.set, args.buffer_size))
+        rows.append(run(seed, args.seconds, args.kills, args.eval_every_s, args.set, args.buffer_size, args.kill))
         rows[-1] |= {"label": args.label, "commit": commit()} if args.label else {"commit": commit()}
         if args.out:
             with open(args.out, "a") as f:
