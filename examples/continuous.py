@@ -112,8 +112,8 @@ class Args:
     """the Gymnasium environment (a Box action space); with algo it picks the preset of the options left unset"""
     algo: str = "td3"
     """ddpg, td3, sac or naf"""
-    noise: str | None = None
-    """exploration: gaussian, ou, param or none (default: none for sac, gaussian for the others)"""
+    noise: str = ""
+    """exploration: gaussian, ou, param or none (default "": none for sac, gaussian for the others)"""
     noise_std: float | None = None
     """scale s of the exploration noise in [-1, 1] units (param noise: its target action distance)"""
     noise_spread: float = 2.0
@@ -169,7 +169,7 @@ class Args:
         """Fill the options left unset from the preset of (algo, env_id): the stored options are complete."""
         if self.algo not in ALGOS:
             raise tinyverse.TinyverseError(f"algo={self.algo}: choose one of {', '.join(ALGOS)}")
-        if self.noise is None:
+        if not self.noise:
             self.noise = "none" if self.algo == "sac" else "gaussian"
         if self.noise not in NOISES:
             raise tinyverse.TinyverseError(f"noise={self.noise}: choose one of {', '.join(NOISES)}")

@@ -103,6 +103,19 @@ def test_presets_fill_what_is_unset_and_the_pace_is_declared():
         with pytest.raises(tinyverse.TinyverseError, match="noise=|algo=") as e:  # the CLI prints the line alone
             load_experiment(str(FILE), None, bad)
         assert len(str(e.value).splitlines()) == 1
+    assert load_experiment(str(FILE), None, {"noise": "none"}).args.noise == "none", "td3 without noise, not a preset"
+
+
+def test_every_worker_of_a_run_may_repeat_its_noise_option(tmp_path):
+    db = connect(f"sqlite:///{tmp_path / 'options.db'}", "continuous")
+    for _ in range(2):  # the trainer stores the options, the player (same --set) must agree with them
+        assert load_experiment(str(FILE), db, {"algo": "sac", "noise": "none"}).args.noise == "none"
+    with pytest.raises(tinyverse.TinyverseError, match="conflicts"):
+        load_experiment(str(FILE), db, {"algo": "td3"})
+    db.close()
+
+
+def test_the_loops_own_the_pace_and_publishing():
     source = FILE.read_text()
     for banned in ("sleep(", "save_params", "sync_params", "wait_for"):  # the loops own the pace and publishing
         assert banned not in source

@@ -208,10 +208,13 @@ OPTIONS = """
         greedy: bool = False
         max_steps: int | None = 50
         env_id: str | None = None
+        lr: float | None = None  # None: the preset's
 
         def __post_init__(self):  # a preset, applied where the option was left at None
             if self.env_id == "short" and self.max_steps == 50:
                 self.max_steps = 5
+            if self.lr is None:
+                self.lr = 0.5
             if self.epsilon > 1:  # an example's own check of its options
                 raise ValueError(f"epsilon {{self.epsilon}} is not a probability")
 
@@ -252,6 +255,7 @@ def test_the_first_worker_stores_its_options_and_later_ones_adopt_them(options_f
         "greedy": False,
         "max_steps": 50,
         "env_id": None,
+        "lr": 0.5,
     }
     later = load_experiment(str(options_file), db)  # no --set: the run's options
     assert later.session_length == 5 and later.args.name == "a=b"
@@ -263,6 +267,14 @@ def test_the_first_worker_stores_its_options_and_later_ones_adopt_them(options_f
     assert "session_length=6 conflicts with session_length=5" in message and db.prefix in message
     assert "clear --all" in message and "\n" not in message
     assert db.setting("options")["session_length"] == 5, "a refused worker changes nothing"
+
+
+def test_a_given_none_that_resolves_to_the_stored_preset_agrees(options_file, db):
+    load_experiment(str(options_file), db, {"lr": "none"})  # stored as resolved: the preset's 0.5
+    assert db.setting("options")["lr"] == 0.5
+    assert load_experiment(str(options_file), db, {"lr": "none"}).args.lr == 0.5  # the same --set on a later worker
+    with pytest.raises(ExperimentError, match="lr=0.3 conflicts with lr=0.5"):
+        load_experiment(str(options_file), db, {"lr": "0.3"})
 
 
 def test_options_stored_by_another_experiment_are_refused(options_file, db):

@@ -207,24 +207,21 @@ def resolve_options(factory, path: str, db, given: dict[str, str]):
             raise ExperimentError(f"{path} has no option {key!r}; its options: {', '.join(fields)}")
         chosen[key] = _parse(key, text, hints[key])
     stored = None if db is None else db.setting("options")
-    if stored is not None:
-        for key in stored.keys() - set(fields):
-            raise ExperimentError(f"{path} has no option {key!r}, stored in prefix {db.prefix}: {AFRESH}")
-        for key, value in chosen.items():
-            if key in stored and stored[key] != value:
-                raise ExperimentError(
-                    f"option {key}={value!r} conflicts with {key}={stored[key]!r}, stored in prefix {db.prefix} by "
-                    f"the run's first worker: drop --set {key}, {AFRESH}"
-                )
-        chosen = {**stored, **chosen}
+    for key in (stored or {}).keys() - set(fields):
+        raise ExperimentError(f"{path} has no option {key!r}, stored in prefix {db.prefix}: {AFRESH}")
     try:
-        args = kind(**chosen)
+        args = kind(**{**(stored or {}), **chosen})
     except Exception as e:  # a check of the options' own (__post_init__)
         raise ExperimentError(f"options of {path}: {type(e).__name__}: {e}") from None
-    if db is not None and stored is None:
-        resolved = dataclasses.asdict(args)
-        if db.claim("options", resolved) != resolved:  # another worker stored first: adopt its options
-            return resolve_options(factory, path, db, given)
+    resolved = dataclasses.asdict(args)
+    for key, value in chosen.items():  # compared as resolved: "none" may stand for a preset's value
+        if stored is not None and key in stored and stored[key] != resolved[key]:
+            raise ExperimentError(
+                f"option {key}={value!r} conflicts with {key}={stored[key]!r}, stored in prefix {db.prefix} by "
+                f"the run's first worker: drop --set {key}, {AFRESH}"
+            )
+    if db is not None and stored is None and db.claim("options", resolved) != resolved:
+        return resolve_options(factory, path, db, given)  # another worker stored first: adopt its options
     return args
 
 
