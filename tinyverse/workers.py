@@ -102,7 +102,7 @@ class Pace:
                 f"pace_slack {self.slack} (>= 0)"
             )
         self.db, self.T, self.spec = db, exp.session_length, [self.ratio, self.starts, self.slack, exp.session_length]
-        self.unit = exp.train_batch_size
+        self.unit, self.size = exp.train_batch_size, 1.0  # what the last update counted: the next's guess
         self.pending, self.room = 0.0, 0.0  # updates not yet counted; updates allowed without a look
 
     def played(self) -> int:
@@ -119,21 +119,22 @@ class Pace:
 
     def trainer_waits(self) -> str | None:
         """What a trainer waits for before its next update, or None."""
-        if self.room > 0:  # room known from the last look: no round trip
+        if self.room >= self.size:  # room known from the last look: no round trip
             return None
         played, updates = self.played(), self.flush()
         if played < self.starts:
             return f"for players: {played:,} of {self.starts:,} env steps played before learning starts"
-        room = 2000 if self.ratio is None else self.ratio * (played - self.starts + self.slack) - updates
-        if room <= 0:
+        room = 2000 if self.ratio is None else self.ratio * (played - self.starts + self.slack) - updates - self.pending
+        if room < self.size:  # the next update would overshoot the pace
             return f"for players: {updates:,} updates for {played:,} env steps, target {self.ratio:g} an env step"
-        self.room = min(room / 2, 1000)  # look again halfway: other trainers share the room
+        self.room = max(self.size, min(room / 2, 1000))  # look again halfway: other trainers share the room
         return None
 
     def count(self, sessions: int) -> None:
         """Count an update on ``sessions`` sessions."""
-        self.pending += sessions / self.unit
-        self.room -= sessions / self.unit
+        self.size = sessions / self.unit
+        self.pending += self.size
+        self.room -= self.size
 
     def flush(self) -> int:
         """Count this trainer's whole updates in the database; return the total of all trainers."""
