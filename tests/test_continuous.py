@@ -349,7 +349,11 @@ def test_actions_are_float32_within_bounds_even_with_wild_noise(algo, noise, env
             if updates == 0 and not greedy:  # the warm-up spreads over the whole box
                 assert (actions.std(0) > 0.4 * (space.high - space.low) / 2).all()
     if noise != "none":
-        explored, _ = exp.act(obs, exp.initial_memory(64))
+        memory, explored = exp.initial_memory(64), []
+        for _ in range(10):  # OU noise starts at 0 and builds up over steps
+            actions, memory = exp.act(obs, memory)
+            explored.append(actions)
+        explored = np.stack(explored)
         assert (explored == space.low).any() or (explored == space.high).any()  # clipped, not wrapped
 
 
