@@ -362,6 +362,17 @@ def joined(thread, outcome):
     return outcome["result"]
 
 
+def train_until_waiting(exp, db, why: str, **kwargs):
+    """Train in a thread until the trainer waits ``why``, then ask it to stop through the database."""
+    thread, outcome = in_thread(lambda: train(exp, db, **kwargs))
+    try:
+        wait_until(lambda: trainer_waiting(db, why), f"the trainer to wait {why}")
+    finally:
+        for w in db.workers():
+            db.request_stop(w["id"])
+    return joined(thread, outcome)
+
+
 def test_a_waiting_player_follows_new_params_and_says_so(db):
     exp = FakeExperiment(db, updates_per_step=1, learning_starts=0, pace_slack=8)
     thread, outcome = in_thread(lambda: play(exp, db, batch_size=2))
@@ -418,13 +429,7 @@ def test_a_stopped_trainer_counts_only_its_updates(db):
     play(FakeExperiment(db), db, batch_size=2, sessions=2)
     exp = RunsDry(db, batches=5)
     exp.updates_per_step = 1.0  # a pace, so that updates are counted
-    thread, outcome = in_thread(lambda: train(exp, db, batch_size=exp.train_batch_size, save_every=100))
-    try:
-        wait_until(lambda: trainer_waiting(db, "for a batch"), "the trainer to run dry")
-    finally:
-        for w in db.workers():
-            db.request_stop(w["id"])
-        joined(thread, outcome)
+    train_until_waiting(exp, db, "for a batch", batch_size=exp.train_batch_size, save_every=100)
     assert db.load_params()[1]["updates"][0] == exp.updates[0] == 5
     assert db.counter("updates") == 5, "the pace counts an update that was never made"
 
@@ -436,13 +441,7 @@ def test_the_pace_counts_an_update_by_its_batch(db, batch_size, counted):
     exp = FakeExperiment(db, session_length=T)
     play(exp, db, batch_size=4, sessions=5)  # 20 sessions, 100 env steps
     exp.updates_per_step, exp.learning_starts, exp.pace_slack = 0.4, 0, 0  # 40 updates of 4 sessions
-    thread, outcome = in_thread(lambda: train(exp, db, batch_size=batch_size, save_every=1000))
-    try:
-        wait_until(lambda: trainer_waiting(db, "for players"), "the trainer to reach the pace")
-    finally:
-        for w in db.workers():
-            db.request_stop(w["id"])
-        joined(thread, outcome)
+    train_until_waiting(exp, db, "for players", batch_size=batch_size, save_every=1000)
     made = int(exp.updates[0])
     assert made == pytest.approx(40 / counted, abs=1), f"{made} updates of {batch_size} sessions"
     assert db.counter("updates") == pytest.approx(40, abs=1)
