@@ -35,8 +35,8 @@ declared for 16 sessions (the core's pace now counts an update by its
 sessions, and so do this file's schedules). Without kills the last two sets
 of three runs ended at 486, 500, 500 and 500, 500, 500. Not solved with 10
 random kill -9 a run: 452, 500, 500, then 500, 10, 500. Ten kills of the
-trainer alone broke nothing (500, 500, 500); ten of the players did (500, 500,
-271). The cause is not found yet.
+trainer alone broke nothing (500, 500, 500); ten of the players ended 500, 500,
+271, then on three more seeds 500, 500, 500. The cause is not found yet.
 
 Double DQN: https://arxiv.org/abs/1509.06461 (the online net picks the next
 action, the target net values it).
