@@ -55,8 +55,12 @@ WINDOW = 50
 
 
 def commit() -> str:
-    out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return out.stdout.strip() or "unknown"
+    """The checkout's commit, with + if tracked files have changes (the rows of any bench script keep it)."""
+
+    def git(*a):
+        return subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True).stdout.strip()
+
+    return (git("rev-parse", "--short", "HEAD") or "unknown") + ("+" if git("status", "--porcelain", "-uno") else "")
 
 
 def reached(episodes: list[tuple], x: int = 0) -> dict[str, float | None]:

@@ -35,15 +35,12 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import atari_learn  # noqa: E402
+
+ROOT = atari_learn.ROOT  # on sys.path: atari_learn put it there
 EXP = ROOT / "examples" / "recurrent.py"
 WINDOW = 20  # training episodes in the curve's running mean
-
-
-def commit() -> str:
-    out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return out.stdout.strip() or "unknown"
 
 
 def run(net: str, minutes: float, options: list[str], workdir: Path, args) -> list[dict]:
@@ -114,7 +111,7 @@ def run(net: str, minutes: float, options: list[str], workdir: Path, args) -> li
         "label": args.label,
         "full": args.full,
         "date": date.today().isoformat(),
-        "commit": commit(),
+        "commit": atari_learn.commit(),
         "cores": os.cpu_count(),
         "budget_minutes": minutes,
         "options": options,

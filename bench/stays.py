@@ -30,20 +30,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import atari_learn  # noqa: E402
 from cartpole import EXAMPLE, SOLVED, evaluate  # noqa: E402
 
 from tinyverse import sync_params  # noqa: E402
 from tinyverse.database import connect  # noqa: E402
 from tinyverse.experiment import load_experiment  # noqa: E402
-
-
-def commit() -> str:
-    """The checkout's commit, with + if the tree has changes."""
-
-    def git(*a):
-        return subprocess.run(["git", *a], capture_output=True, text=True, cwd=Path(__file__).parent).stdout.strip()
-
-    return git("rev-parse", "--short", "HEAD") + ("+" if git("status", "--porcelain", "-uno") else "")
 
 
 def greedy(exp):
@@ -131,7 +123,7 @@ def main():
     rows = []
     for seed in (int(s) for s in args.seeds.split(",")):
         rows.append(run(seed, args.seconds, args.kills, args.eval_every_s, args.set, args.buffer_size, args.kill))
-        rows[-1] |= {"label": args.label, "commit": commit()} if args.label else {"commit": commit()}
+        rows[-1] |= {"label": args.label, "commit": atari_learn.commit()}
         if args.out:
             with open(args.out, "a") as f:
                 f.write(json.dumps(rows[-1]) + "\n")
