@@ -3,6 +3,7 @@
     python bench/recurrent.py                                   # gru, then ff: 10 minutes each at most
     python bench/recurrent.py --nets gru --minutes 3 --set max_reuse=4
     python bench/recurrent.py --report bench/results/recurrent-cartpole-2cores.jsonl --plot curves.png
+    python bench/recurrent.py --nets random --set env_id=VizdoomDefendCenter-v1   # the floor: random actions
 
 Each run is ``python -m tinyverse examples/recurrent.py run --set net=NET`` (1 player, 1 trainer) on a
 fresh SQLite file; the clock starts when this script spawns it, so imports and start-up count. Every
@@ -128,6 +129,36 @@ def run(net: str, minutes: float, options: list[str], workdir: Path, args) -> li
     return [*episodes, *evals, summary]
 
 
+def random_policy(options: list[str], args) -> list[dict]:
+    """``--random-episodes`` episodes of uniformly random actions on the run's environment (its wrappers and
+    action subset included): the floor a learner must rise above. Rows as ``run``'s, one eval and a summary."""
+    from tinyverse.experiment import load_experiment
+
+    exp = load_experiment(str(EXP), None, dict(o.split("=", 1) for o in options))
+    env, start = exp.make_env(), time.time()
+    env.action_space.seed(0)
+    episodes = []
+    for i in range(args.random_episodes):
+        env.reset(seed=i)
+        ret, steps, done = 0.0, 0, False
+        while not done:
+            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            ret, steps, done = ret + float(reward), steps + 1, terminated or truncated
+        minutes = round((time.time() - start) / 60, 3)
+        episodes.append({"kind": "episode", "net": "random", "label": args.label, "minutes": minutes,
+                         "return": ret, "steps": steps})  # fmt: skip
+    env.close()
+    returns = [r["return"] for r in episodes]
+    mean = float(np.mean(returns))
+    print(f"  random: {len(returns)} episodes, mean {mean:.1f} +- {np.std(returns):.1f}", flush=True)
+    summary = {"kind": "summary", "net": "random", "label": args.label, "full": True, "date": date.today().isoformat(),
+               "commit": atari_learn.commit(), "cores": os.cpu_count(), "budget_minutes": 0, "options": options,
+               "bar": args.bar, "eval_episodes": len(returns), "minutes_to_bar": None, "steps_to_bar": None,
+               "best_eval": mean, "last_eval": mean, "episodes": len(returns),
+               "steps": sum(r["steps"] for r in episodes)}  # fmt: skip
+    return [*episodes, summary]
+
+
 def report(rows: list[dict]) -> None:
     print(f"{'run':<14}{'to bar (min)':>13}{'steps to bar':>14}{'best eval':>11}{'last eval':>11}{'steps':>11}  lag")
     for r in (r for r in rows if r["kind"] == "summary"):
@@ -150,6 +181,11 @@ def plot(rows: list[dict], path: str) -> None:
     runs = dict.fromkeys((r["net"], r.get("label", "")) for r in rows if r["kind"] == "summary")
     for i, run in enumerate(runs):
         colour, name = f"C{i}", " ".join(x for x in run if x)
+        if run[0] == "random":  # no training: its mean is a floor across the plot
+            summary = next(r for r in rows if r["kind"] == "summary" and (r["net"], r.get("label", "")) == run)
+            mean = summary["last_eval"]
+            ax.axhline(mean, color=colour, lw=1, ls="--", label=f"{name}: mean {mean:.0f}")
+            continue
         eps = [r for r in rows if r["kind"] == "episode" and (r["net"], r.get("label", "")) == run]
         if len(eps) >= WINDOW:
             mean = np.convolve([r["return"] for r in eps], np.ones(WINDOW) / WINDOW, "valid")
@@ -160,7 +196,9 @@ def plot(rows: list[dict], path: str) -> None:
                 label=f"{name}: greedy eval mean")  # fmt: skip
     bar = next((r["bar"] for r in rows if r["kind"] == "summary"), 475)
     ax.axhline(bar, color="grey", lw=0.5, ls=":")
-    ax.set(xlabel="wall time (minutes)", ylabel="return", title="CartPole, position and angle only, 2 cores")
+    options = next((r["options"] for r in rows if r["kind"] == "summary"), [])
+    env = next((o.split("=", 1)[1] for o in options if o.startswith("env_id=")), "CartPole, position and angle only")
+    ax.set(xlabel="wall time (minutes)", ylabel="return", title=f"{env}, {os.cpu_count()} cores")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -169,7 +207,8 @@ def plot(rows: list[dict], path: str) -> None:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--nets", default="gru,ff", help="comma-separated: gru, ff (run one after the other)")
+    parser.add_argument("--nets", default="gru,ff", help="comma-separated: gru, ff, random (one after the other)")
+    parser.add_argument("--random-episodes", type=int, default=50, help="episodes of the random policy")
     parser.add_argument("--minutes", type=float, default=10.0, help="wall-time budget of each run")
     parser.add_argument("--bar", type=float, default=475.0, help="the eval mean that ends a run")
     parser.add_argument("--full", action="store_true", help="run the whole budget, past the bar")
@@ -183,9 +222,12 @@ def main():
     args = parser.parse_args()
     if not args.report:
         for net in args.nets.split(","):
-            print(f"{net}: up to {args.minutes:g} minutes", flush=True)
-            with tempfile.TemporaryDirectory() as tmp:
-                rows = run(net, args.minutes, args.set, Path(tmp), args)
+            if net == "random":
+                rows = random_policy(args.set, args)
+            else:
+                print(f"{net}: up to {args.minutes:g} minutes", flush=True)
+                with tempfile.TemporaryDirectory() as tmp:
+                    rows = run(net, args.minutes, args.set, Path(tmp), args)
             with open(args.out, "a") as f:
                 f.writelines(json.dumps(r) + "\n" for r in rows)
             report(rows)
