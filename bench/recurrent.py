@@ -54,7 +54,7 @@ def run(net: str, minutes: float, options: list[str], workdir: Path, args) -> li
     url, prefix = f"sqlite:///{workdir / 'memory.db'}", "recurrent"
     sets = [x for o in [f"net={net}", *options] for x in ("--set", o)]
     argv = [sys.executable, "-m", "tinyverse", str(EXP), "run", "--db", url, "--eval-episodes", "0", "-q", *sets]
-    start = time.time()
+    start, code = time.time(), atari_learn.commit()  # the code that runs: the tree may change while it does
     proc = subprocess.Popen(argv, cwd=workdir)
     db = exp = None
     evals, episodes, next_eval, shown, lag = [], [], start + args.eval_every, 0.0, {}
@@ -112,7 +112,7 @@ def run(net: str, minutes: float, options: list[str], workdir: Path, args) -> li
         "label": args.label,
         "full": args.full,
         "date": date.today().isoformat(),
-        "commit": atari_learn.commit(),
+        "commit": code,
         "cores": os.cpu_count(),
         "budget_minutes": minutes,
         "options": options,

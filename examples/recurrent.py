@@ -4,6 +4,7 @@
     python -m tinyverse recurrent.py run --set net=ff        # the same learner with 1 frame and no memory
     python -m tinyverse recurrent.py run --set env_id=VizdoomHealthGathering-v1   # or VizdoomDefendCenter-v1
     python -m tinyverse recurrent.py run --set env_id=VizdoomDefendCenter-v1 --set net=ff --set window=4
+    python -m tinyverse recurrent.py run --set env_id=VizdoomDefendCenter-v1 --set attention=4   # soft attention
     python -m tinyverse recurrent.py eval -n 5               # greedy episodes, an mp4 each in ./records
 
 The agent's memory is a GRU's hidden state ``h``. Players keep it per
@@ -62,6 +63,18 @@ downscaled 2x to 48x80 in colour (``wrappers.DoomScreen`` + ``Preprocess``):
 colour tells medkits from the green acid floor and monsters from walls that
 luminance alone renders alike. ``window`` > 1 stacks the last frames
 (``--set net=ff --set window=4``: the window-only feedforward baseline).
+
+Soft spatial attention (``--set attention=K``, image games): instead of
+flattening the last convolution's map (4x8 places of 32 features on Doom's
+48x80 frames), K heads each score every place with a learned 1x1
+convolution, softmax the scores over the places, and pool the features (and
+the place's coordinates) with those weights (``SpatialAttention``). The
+queries are learned constants, not the GRU's state (Mott et al. 2019,
+https://arxiv.org/abs/1906.02500, query from the LSTM): where a head looks
+depends on the frame only, so the map stays one encoder pass per tick and
+the trainer encodes all ticks at once. Eval videos tint the screen red where
+the heads look (``AttentionVideo``; the weights of the step before the frame).
+Whether it helps on Doom is not measured yet.
 """
 
 import sys
@@ -108,6 +121,9 @@ class Args:
     """ViZDoom: height,width the cropped screen is area-downscaled to"""
     grayscale: bool = False
     """ViZDoom: luminance only instead of colour"""
+    attention: int = 0
+    """images: heads of soft spatial attention that pool the last convolution's map (0: flatten it, as A3C does);
+    eval videos draw where the heads look"""
     max_episode_steps: int | None = None
     """truncate episodes after this many agent steps (None: the game's own limit)"""
     reward_scale: float | None = None
@@ -155,7 +171,7 @@ class Args:
             presets = {"CartPole": 0.1, "VizdoomHealthGathering": 0.01}
             self.reward_scale = next((v for k, v in presets.items() if self.env_id.startswith(k)), 1.0)
         assert self.net in ("gru", "ff"), f"net {self.net!r}: gru or ff"
-        assert self.window >= 1 and 0 <= self.burn_in < self.session_length
+        assert self.window >= 1 and 0 <= self.burn_in < self.session_length and self.attention >= 0
 
 
 def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias: float = 0.0) -> nn.Module:
@@ -165,20 +181,48 @@ def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias: float = 0.0) -> 
     return layer
 
 
+class SpatialAttention(nn.Module):
+    """Soft attention pooling of a (N, C, H, W) map: each head's weights sum to 1 over the H x W places.
+
+    A 1x1 convolution scores every place per head (a learned query against the
+    place's features); each head returns the weighted mean of the features and
+    of two coordinate channels (so it can tell where it looked): (N, heads x
+    (C + 2)). ``weights`` keeps the last call's (N, heads, H, W), for drawing.
+    """
+
+    def __init__(self, channels: int, heads: int, height: int, width: int):
+        super().__init__()
+        ys, xs = torch.meshgrid(torch.linspace(-1, 1, height), torch.linspace(-1, 1, width), indexing="ij")
+        self.register_buffer("coords", torch.stack([ys, xs])[None], persistent=False)  # not a param
+        self.score = layer_init(nn.Conv2d(channels, heads, 1), std=0.01)  # near-uniform weights at first
+        self.weights: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weights = self.score(x).flatten(2).softmax(-1)  # (N, heads, H*W)
+        values = torch.cat([x, self.coords.expand(len(x), -1, -1, -1)], 1).flatten(2)  # (N, C+2, H*W)
+        self.weights = weights.detach().unflatten(2, x.shape[2:])
+        return torch.einsum("nkp,ncp->nkc", weights, values).flatten(1)
+
+
 class Agent(nn.Module):
     """An encoder of the window of observations, a GRU cell (``net`` gru) and policy and value heads.
 
     Vector observations go through one dense layer; images (uint8, (H, W) or
-    (H, W, C)) through the A3C paper's two convolutions and a dense layer.
+    (H, W, C)) through the A3C paper's two convolutions, pooled by ``attention``
+    heads (``SpatialAttention``) or flattened, and a dense layer.
     """
 
-    def __init__(self, obs_shape: tuple[int, ...], window: int, n_actions: int, net: str, hidden: int):
+    def __init__(self, obs_shape: tuple[int, ...], window: int, n_actions: int, net: str, hidden: int, attention=0):
         super().__init__()
-        self.image = len(obs_shape) >= 2
+        self.image, self.attention = len(obs_shape) >= 2, None
+        assert self.image or not attention, "attention pools an image's map: only for image games"
         if self.image:
             channels = window * (obs_shape[2] if len(obs_shape) == 3 else 1)
             convs = [layer_init(nn.Conv2d(channels, 16, 8, 4)), nn.ReLU(), layer_init(nn.Conv2d(16, 32, 4, 2))]
-            self.encoder = nn.Sequential(*convs, nn.ReLU(), nn.Flatten())
+            self.encoder = nn.Sequential(*convs, nn.ReLU())
+            grid = self.encoder(torch.zeros(1, channels, *obs_shape[:2])).shape[2:]
+            self.attention = SpatialAttention(32, attention, *grid) if attention else None
+            self.encoder.append(self.attention or nn.Flatten())
             n_flat = self.encoder(torch.zeros(1, channels, *obs_shape[:2])).shape[1]
         else:
             self.encoder, n_flat = nn.Sequential(nn.Flatten()), window * int(np.prod(obs_shape))
@@ -203,6 +247,34 @@ class Agent(nn.Module):
 
     def heads(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.policy(state), self.value(state).squeeze(-1)
+
+
+class AttentionVideo(gym.Wrapper):
+    """Eval videos of an attention agent: ``render`` tints the screen red where the heads looked (their mean).
+
+    The weights are those of the agent's last ``act``, on the observation before
+    the step the frame shows: one agent step behind. Each place of the map is
+    drawn over the part of the ``crop`` (top, bottom, left, right) it tiles.
+    """
+
+    def __init__(self, env: gym.Env, attention: SpatialAttention, crop: tuple[int, int, int, int]):
+        super().__init__(env)
+        self.attention, self.crop = attention, crop
+
+    def render(self):
+        frame = self.env.render()
+        if frame is None or self.attention.weights is None:
+            return frame
+        top, bottom, left, right = self.crop
+        bottom, right = min(bottom, frame.shape[0]), min(right, frame.shape[1])
+        w = self.attention.weights[0].mean(0).numpy()  # (h, w) of the eval's one environment
+        w = w / max(float(w.max()), 1e-8)
+        rows = np.minimum(np.arange(bottom - top) * w.shape[0] // (bottom - top), w.shape[0] - 1)
+        cols = np.minimum(np.arange(right - left) * w.shape[1] // (right - left), w.shape[1] - 1)
+        heat = w[rows][:, cols, None] * np.array([0.6, -0.3, -0.3])  # redder where the heads look
+        frame = frame.astype(np.float32)
+        frame[top:bottom, left:right] = np.clip(frame[top:bottom, left:right] * (1 + heat) + 90 * heat, 0, 255)
+        return frame.astype(np.uint8)
 
 
 def unroll(step, features: torch.Tensor, h0: torch.Tensor, ended: torch.Tensor, burn_in: int = 0) -> torch.Tensor:
@@ -237,7 +309,7 @@ class Recurrent(tinyverse.Experiment):
         env = self.make_env()
         assert isinstance(env.action_space, gym.spaces.Discrete), "only discrete actions"
         self.obs_space = env.observation_space
-        self.net = Agent(self.obs_space.shape, a.window, int(env.action_space.n), a.net, a.hidden)
+        self.net = Agent(self.obs_space.shape, a.window, int(env.action_space.n), a.net, a.hidden, a.attention)
         env.close()
         self.device = torch.device("cpu")  # players act on the CPU; prepare_training picks the trainer's
         declare_pace(self, a)
@@ -251,6 +323,8 @@ class Recurrent(tinyverse.Experiment):
             top, bottom, left, right = (int(x) for x in a.crop.split(","))
             size = tuple(int(x) for x in a.size.split(","))
             env = Preprocess(DoomScreen(env), (top, bottom, left, right), size, a.grayscale)
+            if a.attention and render_mode == "rgb_array":
+                env = AttentionVideo(env, self.net.attention, (top, bottom, left, right))
         else:
             env = gym.make(a.env_id, render_mode=render_mode)
             if a.keep and a.keep != "all":

@@ -240,6 +240,53 @@ def test_doom_frames_and_actions_for_the_agent(monkeypatch, tmp_path):
     env.close()
 
 
+def test_spatial_attention_by_hand():
+    att = recurrent.SpatialAttention(channels=1, heads=2, height=2, width=3)
+    x = torch.arange(6.0).view(1, 1, 2, 3)
+    with torch.no_grad():
+        att.score.weight.zero_(), att.score.bias.zero_()
+        out = att(x).view(2, 3)  # uniform weights: the mean of the feature and of the coordinates
+        torch.testing.assert_close(out, torch.tensor([[2.5, 0.0, 0.0]] * 2))
+        att.score.weight[1] = 100.0  # head 1 scores the largest feature only: the bottom-right place
+        out = att(x).view(2, 3)
+    torch.testing.assert_close(out[1], torch.tensor([5.0, 1.0, 1.0]))  # its feature, then y and x in [-1, 1]
+    assert att.weights.shape == (1, 2, 2, 3) and torch.allclose(att.weights.sum((2, 3)), torch.ones(1, 2))
+    assert "coords" not in att.state_dict(), "coordinates are fixed: no param to publish"
+
+
+def test_doom_attention_replays_what_the_players_saw_and_draws_it(monkeypatch, tmp_path):
+    need_vizdoom(monkeypatch, tmp_path)
+    db = connect(f"sqlite:///{tmp_path / 'a.db'}", "a")
+    args = recurrent.Args(env_id="VizdoomDefendCenter-v1", attention=2, hidden=32, max_episode_steps=12)
+    exp = recurrent.make_experiment(db, args)
+    play(exp, db, batch_size=2, sessions=1, seed=0)
+    batch = db.get_batch([1, 2])
+    exp.prepare_training()
+    logp = exp.forward(batch)[0][:, :-1].log_softmax(-1)
+    logp = logp.gather(-1, torch.from_numpy(batch["actions"])[..., None])[..., 0]
+    np.testing.assert_allclose(logp.detach().numpy(), batch["outputs.logp"], atol=1e-5)
+
+    env = exp.make_env(render_mode="rgb_array")
+    obs, _ = env.reset(seed=0)
+    att = exp.net.attention
+    att.weights = None
+    plain = env.render().astype(int)  # no act yet: nothing to draw
+    exp.act(obs[None], exp.initial_memory(1), greedy=True)
+    assert att.weights.shape == (1, 2, 4, 8), "48x80 frames: a 4x8 map after the two convolutions"
+    att.weights = torch.zeros_like(att.weights)
+    att.weights[0, :, 0, 0] = 1.0  # both heads look at the top-left place only
+    tinted = env.render().astype(int)
+    assert tinted.shape == plain.shape == (120, 160, 3)
+    top = int(args.crop.split(",")[0])  # the ceiling above the crop is not the agent's
+    corner, far = (slice(top, top + 20), slice(0, 16)), (slice(top + 30, 120), slice(30, 160))
+    assert (tinted[corner][..., 0] >= plain[corner][..., 0]).all()
+    assert tinted[corner][..., 0].mean() > plain[corner][..., 0].mean() + 20, "redder where the heads look"
+    np.testing.assert_array_equal(tinted[far], plain[far])
+    np.testing.assert_array_equal(tinted[:top], plain[:top])
+    env.close()
+    db.close()
+
+
 # -- end to end through the CLI ---------------------------------------------------------------------------------------
 def test_masked_cartpole_run_through_the_cli(tmp_path):
     url = f"sqlite:///{tmp_path / 'run.db'}"
