@@ -41,7 +41,7 @@ import atari_learn  # noqa: E402
 
 ROOT = atari_learn.ROOT  # on sys.path: atari_learn put it there
 EXP = ROOT / "examples" / "recurrent.py"
-WINDOW = 20  # training episodes in the curve's running mean
+WINDOW = 20  # training episodes in the curve's running mean (at least: 1% of a run's episodes)
 
 
 def run(net: str, minutes: float, options: list[str], workdir: Path, args) -> list[dict]:
@@ -184,18 +184,20 @@ def plot(rows: list[dict], path: str) -> None:
         if run[0] == "random":  # no training: its mean is a floor across the plot
             summary = next(r for r in rows if r["kind"] == "summary" and (r["net"], r.get("label", "")) == run)
             mean = summary["last_eval"]
-            ax.axhline(mean, color=colour, lw=1, ls="--", label=f"{name}: mean {mean:.0f}")
+            ax.axhline(mean, color=colour, lw=1, ls="--", label=f"{name}: mean {mean:.1f}")
             continue
         eps = [r for r in rows if r["kind"] == "episode" and (r["net"], r.get("label", "")) == run]
         if len(eps) >= WINDOW:
-            mean = np.convolve([r["return"] for r in eps], np.ones(WINDOW) / WINDOW, "valid")
-            t = [r["minutes"] for r in eps][WINDOW - 1 :]
-            ax.plot(t, mean, color=colour, lw=0.8, alpha=0.5, label=f"{name}: training, last {WINDOW} episodes")
+            n = max(WINDOW, len(eps) // 100)
+            mean = np.convolve([r["return"] for r in eps], np.ones(n) / n, "valid")
+            t = [r["minutes"] for r in eps][n - 1 :]
+            ax.plot(t, mean, color=colour, lw=0.8, alpha=0.5, label=f"{name}: training, last {n} episodes")
         evals = [r for r in rows if r["kind"] == "eval" and (r["net"], r.get("label", "")) == run]
         ax.plot([r["minutes"] for r in evals], [r["mean"] for r in evals], "o-", color=colour, ms=3,
                 label=f"{name}: greedy eval mean")  # fmt: skip
     bar = next((r["bar"] for r in rows if r["kind"] == "summary"), 475)
-    ax.axhline(bar, color="grey", lw=0.5, ls=":")
+    if bar < 2 * max((r["return"] for r in rows if r["kind"] == "episode"), default=bar):  # not --bar 1e9
+        ax.axhline(bar, color="grey", lw=0.5, ls=":")
     options = next((r["options"] for r in rows if r["kind"] == "summary"), [])
     env = next((o.split("=", 1)[1] for o in options if o.startswith("env_id=")), "CartPole, position and angle only")
     ax.set(xlabel="wall time (minutes)", ylabel="return", title=f"{env}, {os.cpu_count()} cores")

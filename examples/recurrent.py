@@ -63,6 +63,9 @@ downscaled 2x to 48x80 in colour (``wrappers.DoomScreen`` + ``Preprocess``):
 colour tells medkits from the green acid floor and monsters from walls that
 luminance alone renders alike. ``window`` > 1 stacks the last frames
 (``--set net=ff --set window=4``: the window-only feedforward baseline).
+Measured on DefendCenter (``bench/recurrent.py``, one hour each on 2 cores,
+one run each): training returns over the last 10 minutes 8.6 with the GRU,
+7.7 with the 4-frame window, 0.6 for random play.
 
 Soft spatial attention (``--set attention=K``, image games): instead of
 flattening the last convolution's map (4x8 places of 32 features on Doom's
