@@ -77,7 +77,10 @@ https://arxiv.org/abs/1906.02500, query from the LSTM): where a head looks
 depends on the frame only, so the map stays one encoder pass per tick and
 the trainer encodes all ticks at once. Eval videos tint the screen red where
 the heads look (``AttentionVideo``; the weights of the step before the frame).
-Whether it helps on Doom is not measured yet.
+Whether it helps is not known yet: a first DefendCenter run with 4 heads and
+the defaults collapsed in its third minute (policy entropy 0.03, returns at
+random play's 0.45, stopped at 10 minutes), where the flattening agent
+learned steadily; the pooled 4 x 34 features may need a lower step size.
 """
 
 import sys
