@@ -105,8 +105,14 @@ def run(net: str, minutes: float, options: list[str], workdir: Path, args) -> li
                 if values := [m[k] for m in train if k in m]:
                     lag[k] = round(float(np.mean(values)), 4)
             db.close()
+    steps = episodes[-1]["steps"] if episodes else 0
+    return [*episodes, *evals, summarize(net, minutes, options, code, episodes, evals, steps, args, **lag)]
+
+
+def summarize(net, minutes, options, code, episodes, evals, steps, args, **extra) -> dict:
+    """A run's summary row: minutes and env steps to the bar, the best and last eval means, ``extra``."""
     hit = next((e for e in evals if e["mean"] >= args.bar), None)
-    summary = {
+    return {
         "kind": "summary",
         "net": net,
         "label": args.label,
@@ -123,15 +129,14 @@ def run(net: str, minutes: float, options: list[str], workdir: Path, args) -> li
         "best_eval": max((e["mean"] for e in evals), default=None),
         "last_eval": evals[-1]["mean"] if evals else None,
         "episodes": len(episodes),
-        "steps": episodes[-1]["steps"] if episodes else 0,
-        **lag,
+        "steps": steps,
+        **extra,
     }
-    return [*episodes, *evals, summary]
 
 
 def random_policy(options: list[str], args) -> list[dict]:
     """``--random-episodes`` episodes of uniformly random actions on the run's environment (its wrappers and
-    action subset included): the floor a learner must rise above. Rows as ``run``'s, one eval and a summary."""
+    action subset included): the floor a learner must rise above. Rows as ``run``'s: one eval of all of them."""
     from tinyverse.experiment import load_experiment
 
     exp = load_experiment(str(EXP), None, dict(o.split("=", 1) for o in options))
@@ -148,15 +153,12 @@ def random_policy(options: list[str], args) -> list[dict]:
         episodes.append({"kind": "episode", "net": "random", "label": args.label, "minutes": minutes,
                          "return": ret, "steps": steps})  # fmt: skip
     env.close()
-    returns = [r["return"] for r in episodes]
-    mean = float(np.mean(returns))
-    print(f"  random: {len(returns)} episodes, mean {mean:.1f} +- {np.std(returns):.1f}", flush=True)
-    summary = {"kind": "summary", "net": "random", "label": args.label, "full": True, "date": date.today().isoformat(),
-               "commit": atari_learn.commit(), "cores": os.cpu_count(), "budget_minutes": 0, "options": options,
-               "bar": args.bar, "eval_episodes": len(returns), "minutes_to_bar": None, "steps_to_bar": None,
-               "best_eval": mean, "last_eval": mean, "episodes": len(returns),
-               "steps": sum(r["steps"] for r in episodes)}  # fmt: skip
-    return [*episodes, summary]
+    returns, steps = [r["return"] for r in episodes], sum(r["steps"] for r in episodes)
+    mean, std = float(np.mean(returns)), float(np.std(returns))
+    print(f"  random: {len(returns)} episodes, mean {mean:.1f} +- {std:.1f}", flush=True)
+    evals = [{"kind": "eval", "net": "random", "label": args.label, "minutes": episodes[-1]["minutes"], "mean": mean,
+              "std": std, "version": None, "steps": steps}]  # fmt: skip
+    return [*episodes, *evals, summarize("random", 0, options, atari_learn.commit(), episodes, evals, steps, args)]
 
 
 def report(rows: list[dict]) -> None:

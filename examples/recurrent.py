@@ -195,7 +195,7 @@ class SpatialAttention(nn.Module):
     A 1x1 convolution scores every place per head (a learned query against the
     place's features); each head returns the weighted mean of the features and
     of two coordinate channels (so it can tell where it looked): (N, heads x
-    (C + 2)). ``weights`` keeps the last call's (N, heads, H, W), for drawing.
+    (C + 2)). ``weights`` keeps the last call's without a gradient (N, heads, H, W), for drawing.
     """
 
     def __init__(self, channels: int, heads: int, height: int, width: int):
@@ -208,7 +208,8 @@ class SpatialAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weights = self.score(x).flatten(2).softmax(-1)  # (N, heads, H*W)
         values = torch.cat([x, self.coords.expand(len(x), -1, -1, -1)], 1).flatten(2)  # (N, C+2, H*W)
-        self.weights = weights.detach().unflatten(2, x.shape[2:])
+        if not torch.is_grad_enabled():  # acting (eval, players), not training: keep them for drawing
+            self.weights = weights.unflatten(2, x.shape[2:])
         return torch.einsum("nkp,ncp->nkc", weights, values).flatten(1)
 
 
