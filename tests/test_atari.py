@@ -472,19 +472,8 @@ def test_run_with_two_players(tmp_path):
     env = {"TINYVERSE_DEVICE": "cpu"}
     db_path = tmp_path / "run.db"
     # a player's first round writes ~1,200 env steps: 600 let the first player to start stop the run alone
-    args = [
-        "run",
-        "--players",
-        2,
-        "-n",
-        4000,
-        "--train-batch",
-        4,
-        "--eval-episodes",
-        1,
-        "--set",
-        "max_episode_steps=40",
-    ]
+    args = ["run", "--players", 2, "-n", 4000, "--train-batch", 4, "--eval-episodes", 1]
+    args += ["--set", "max_episode_steps=40"]
     out = run_cli(EXP, *args, "--db", f"sqlite:///{db_path}", cwd=tmp_path, env=env, timeout=90)
     assert "run stopped: reached" in out.stdout, out.stdout + out.stderr
     assert "mean return" in out.stdout
