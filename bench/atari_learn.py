@@ -254,6 +254,14 @@ def summary(system: str, episodes: list[tuple], minutes: float, extra: dict) -> 
 
 def report(rows: list[dict]) -> None:
     runs = [r for r in rows if r.get("kind") == "summary"]
+    for r in runs:  # thresholds the run did not time (other --thresholds), from its episode rows
+        if any(f"{t:g}" not in r["minutes_to"] for t in THRESHOLDS):
+            key = (r["system"], r.get("label", ""), r.get("commit"))
+            eps = [(e["minutes"], e["return"], e.get("steps")) for e in rows if e.get("kind") == "episode"
+                   and (e["system"], e.get("label", ""), r.get("commit")) == key]  # fmt: skip
+            r["minutes_to"] = {**reached(eps), **r["minutes_to"]}
+            if "steps_to" in r:
+                r["steps_to"] = {**reached(eps, 2), **r["steps_to"]}
     head = "".join(f"{'to ' + f'{t:g}':>9}" for t in THRESHOLDS)
     print(f"{'system':<34}{head}{'last mean':>11}{'episodes':>10}   (minutes of wall time)")
     for r in runs:
@@ -267,13 +275,17 @@ def report(rows: list[dict]) -> None:
             steps = ", ".join(f"{t:g}: {r['steps_to'][f'{t:g}'] or '-'}" for t in THRESHOLDS)
             lag = ", ".join(f"{k} {r[k]}" for k in ("policy_lag", "rho_mean", "rho_clipped") if k in r)
             print(f"{'':<4}agent steps to {steps} (of {r['steps']:,}); sync every {r.get('sync_every', 1)}; {lag}")
-    base = next((r for r in runs if r["system"] == "sb3"), None)
-    for r in runs:
+    for r in runs:  # against the SB3 run of the same label (the same script run), else the first one
+        base = next((b for b in runs if b["system"] == "sb3" and b.get("label") == r.get("label")), None)
+        base = base or next((b for b in runs if b["system"] == "sb3"), None)
         if r["system"] != "sb3" and base:
             ratios = []
             for t in THRESHOLDS:
                 ours, theirs = r["minutes_to"][f"{t:g}"], base["minutes_to"][f"{t:g}"]
-                ratios.append("-" if ours is None or theirs is None else f"{ours / theirs:.2f}")
+                if ours is not None and theirs is None:  # SB3 did not get there in its whole budget
+                    ratios.append(f"<{ours / base['budget_minutes']:.2f}")
+                else:
+                    ratios.append("-" if ours is None or theirs is None else f"{ours / theirs:.2f}")
             print(
                 f"ratio {r.get('label') or r['system']} / sb3 at {', '.join(f'{t:g}' for t in THRESHOLDS)}: "
                 f"{', '.join(ratios)}"

@@ -327,6 +327,32 @@ def test_train_step_runs_on_uint8_sessions_and_changes_the_params(tmp_path):
     db.close()
 
 
+@pytest.mark.parametrize("net", ["a3c", "nature"])
+def test_the_channels_last_net_computes_what_the_plain_layout_does(net):
+    """The torso runs NHWC for speed; its outputs, grads and stored params are those of the usual NCHW net."""
+    import atari
+
+    torch.manual_seed(0)
+    fast = atari.ActorCritic(net, 4, 80, 3)
+    conv = next(m for m in fast.torso if isinstance(m, torch.nn.Conv2d))
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last) and not conv.weight.is_contiguous()
+    params = {k: v.detach().numpy().copy() for k, v in fast.state_dict().items()}
+    assert all(v.flags.c_contiguous for v in params.values()), "stored params are plain C arrays"
+
+    plain = torch.nn.Sequential(*(torch.nn.Conv2d(m.in_channels, m.out_channels, m.kernel_size, m.stride)
+                                  if isinstance(m, torch.nn.Conv2d) else m for m in fast.torso))  # fmt: skip
+    names = [f"torso.{k}" for k in plain.state_dict()]
+    plain.load_state_dict({k: torch.from_numpy(params[n]) for k, n in zip(plain.state_dict(), names, strict=True)})
+    frames = torch.randint(0, 256, (6, 4, 80, 80), dtype=torch.uint8)
+    hidden = plain(frames.float() / 255.0)
+    logits, values = fast(frames)
+    torch.testing.assert_close(logits, fast.policy(hidden))
+    torch.testing.assert_close(values, fast.value(hidden).squeeze(-1))
+    values.sum().backward()
+    fast.value(plain(frames.float() / 255.0)).sum().backward()
+    torch.testing.assert_close(conv.weight.grad, plain[0].weight.grad)
+
+
 @pytest.mark.parametrize(
     "options", [{}, {"clip": 0.0}, {"clip": 0.0, "vtrace": False, "normalize_advantages": False}], ids=str
 )
