@@ -292,21 +292,25 @@ def report(rows: list[dict]) -> None:
             )
 
 
-def plot(rows: list[dict], path: str, by_steps: bool = False) -> None:
+def plot(rows: list[dict], path: str, by_steps: bool = False, labels: list[str] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    for run in sorted({(r["system"], r.get("label", "")) for r in rows if r.get("kind") == "episode"}):
+    runs = {(r["system"], r.get("label", "")) for r in rows if r.get("kind") == "episode"}
+    for run in sorted(run for run in runs if labels is None or run[1] in labels):
         eps = [(r["steps"] if by_steps else r["minutes"], r["return"]) for r in rows
                if (r.get("kind"), r["system"], r.get("label", "")) == ("episode", *run) and (r.get("steps") or
                not by_steps)]  # fmt: skip
         if len(eps) >= WINDOW:
             t = [m for m, _ in eps][WINDOW - 1 :]
             mean = np.convolve([x for _, x in eps], np.ones(WINDOW) / WINDOW, "valid")
-            ax.plot(t, mean, label=" ".join(x for x in run if x))
+            name = " ".join(x for x in run if x)
+            if run[0] == "sb3":  # SB3 rows carry the label of the script run they belong to
+                name = "SB3 PPO" + (f", the run after {run[1]}" if run[1] else "")
+            ax.plot(t, mean, label=name)
     for t in THRESHOLDS:
         ax.axhline(t, color="grey", lw=0.5, ls=":")
     xlabel = "agent steps" if by_steps else "wall time (minutes)"
@@ -333,6 +337,7 @@ def main():
     parser.add_argument("--report", help="print the tables of a rows file instead of running")
     parser.add_argument("--plot", help="draw the curves of --report's file (or of this run) into a PNG")
     parser.add_argument("--by-steps", action="store_true", help="plot against agent steps, not wall time")
+    parser.add_argument("--labels", help="plot only the runs of these labels (comma-separated; '' is unlabelled)")
     parser.add_argument("--profile", action="store_true", help="time the trainer's update per torso instead")
     parser.add_argument("--sb3-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -342,11 +347,12 @@ def main():
         return sb3_worker(args.minutes)
     if args.profile:
         return profile(8, 20)
+    labels = None if args.labels is None else args.labels.split(",")
     if args.report:
         rows = [json.loads(line) for line in Path(args.report).read_text().splitlines() if line.strip()]
         report(rows)
         if args.plot:
-            plot(rows, args.plot, args.by_steps)
+            plot(rows, args.plot, args.by_steps, labels)
         return
     at = commit()  # the tree that runs, whatever is committed meanwhile
     for system in args.systems.split(","):
@@ -370,7 +376,7 @@ def main():
     rows = [json.loads(line) for line in Path(args.out).read_text().splitlines() if line.strip()]
     report(rows)
     if args.plot:
-        plot(rows, args.plot, args.by_steps)
+        plot(rows, args.plot, args.by_steps, labels)
 
 
 if __name__ == "__main__":
