@@ -275,9 +275,10 @@ def report(rows: list[dict]) -> None:
             steps = ", ".join(f"{t:g}: {r['steps_to'][f'{t:g}'] or '-'}" for t in THRESHOLDS)
             lag = ", ".join(f"{k} {r[k]}" for k in ("policy_lag", "rho_mean", "rho_clipped") if k in r)
             print(f"{'':<4}agent steps to {steps} (of {r['steps']:,}); sync every {r.get('sync_every', 1)}; {lag}")
-    for r in runs:  # against the SB3 run of the same label (the same script run), else the first one
-        base = next((b for b in runs if b["system"] == "sb3" and b.get("label") == r.get("label")), None)
-        base = base or next((b for b in runs if b["system"] == "sb3"), None)
+    for i, r in enumerate(runs):  # against the SB3 run of the same label (one script run), else the nearest
+        sb3 = [b for b in runs if b["system"] == "sb3"]  # before it in the file, else the first after it
+        same = [b for b in sb3 if b.get("label") == r.get("label")]
+        base = (same or [b for b in sb3 if runs.index(b) < i][-1:] or sb3 or [None])[0]
         if r["system"] != "sb3" and base:
             ratios = []
             for t in THRESHOLDS:
@@ -337,7 +338,7 @@ def main():
     parser.add_argument("--report", help="print the tables of a rows file instead of running")
     parser.add_argument("--plot", help="draw the curves of --report's file (or of this run) into a PNG")
     parser.add_argument("--by-steps", action="store_true", help="plot against agent steps, not wall time")
-    parser.add_argument("--labels", help="plot only the runs of these labels (comma-separated; '' is unlabelled)")
+    parser.add_argument("--label-only", action="append", metavar="LABEL", help="plot only this label's runs (repeat)")
     parser.add_argument("--profile", action="store_true", help="time the trainer's update per torso instead")
     parser.add_argument("--sb3-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -347,7 +348,7 @@ def main():
         return sb3_worker(args.minutes)
     if args.profile:
         return profile(8, 20)
-    labels = None if args.labels is None else args.labels.split(",")
+    labels = args.label_only  # None: every run
     if args.report:
         rows = [json.loads(line) for line in Path(args.report).read_text().splitlines() if line.strip()]
         report(rows)
