@@ -497,7 +497,7 @@ def test_pong_play_train_eval_with_video(tmp_path):
 def test_run_with_two_players(tmp_path):
     env = {"TINYVERSE_DEVICE": "cpu"}
     db_path = tmp_path / "run.db"
-    # a player's first round writes ~1,200 env steps: 600 let the first player to start stop the run alone
+    # one player alone passed 1,200 env steps before the other stored a session: 600 let it stop the run alone
     args = ["run", "--players", 2, "-n", 4000, "--train-batch", 4, "--eval-episodes", 1]
     args += ["--set", "max_episode_steps=40"]
     out = run_cli(EXP, *args, "--db", f"sqlite:///{db_path}", cwd=tmp_path, env=env, timeout=90)
