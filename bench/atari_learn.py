@@ -275,10 +275,10 @@ def report(rows: list[dict]) -> None:
             steps = ", ".join(f"{t:g}: {r['steps_to'][f'{t:g}'] or '-'}" for t in THRESHOLDS)
             lag = ", ".join(f"{k} {r[k]}" for k in ("policy_lag", "rho_mean", "rho_clipped") if k in r)
             print(f"{'':<4}agent steps to {steps} (of {r['steps']:,}); sync every {r.get('sync_every', 1)}; {lag}")
+    sb3 = [(i, b) for i, b in enumerate(runs) if b["system"] == "sb3"]
     for i, r in enumerate(runs):  # against the SB3 run of the same label (one script run), else the nearest
-        sb3 = [b for b in runs if b["system"] == "sb3"]  # before it in the file, else the first after it
-        same = [b for b in sb3 if b.get("label") == r.get("label")]
-        base = (same or [b for b in sb3 if runs.index(b) < i][-1:] or sb3 or [None])[0]
+        same = [b for _, b in sb3 if b.get("label") == r.get("label")]  # before it, else the first after it
+        base = (same or [b for j, b in sb3 if j < i][-1:] or [b for _, b in sb3] or [None])[0]
         if r["system"] != "sb3" and base:
             ratios = []
             for t in THRESHOLDS:
@@ -348,12 +348,11 @@ def main():
         return sb3_worker(args.minutes)
     if args.profile:
         return profile(8, 20)
-    labels = args.label_only  # None: every run
     if args.report:
         rows = [json.loads(line) for line in Path(args.report).read_text().splitlines() if line.strip()]
         report(rows)
         if args.plot:
-            plot(rows, args.plot, args.by_steps, labels)
+            plot(rows, args.plot, args.by_steps, args.label_only)
         return
     at = commit()  # the tree that runs, whatever is committed meanwhile
     for system in args.systems.split(","):
@@ -377,7 +376,7 @@ def main():
     rows = [json.loads(line) for line in Path(args.out).read_text().splitlines() if line.strip()]
     report(rows)
     if args.plot:
-        plot(rows, args.plot, args.by_steps, labels)
+        plot(rows, args.plot, args.by_steps, args.label_only)
 
 
 if __name__ == "__main__":

@@ -246,7 +246,7 @@ class ActorCritic(nn.Module):
         self.policy = layer_init(nn.Linear(hidden, n_actions), std=0.01)
         self.value = layer_init(nn.Linear(hidden, 1), std=1.0)
         # pixels next to each other in memory (NHWC): the same numbers, and on a CPU core an update takes half
-        # the time (89 -> 47 ms an update of 8 Pong sessions, 1 thread; bench/atari_learn.py --profile)
+        # the time (89 -> 49 ms an update of 8 Pong sessions, 1 thread; bench/atari_learn.py --profile)
         self.to(memory_format=torch.channels_last)
 
     def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
