@@ -120,10 +120,10 @@ def main():
     parser.add_argument("--out", help="append each run's row here (JSON lines)")
     parser.add_argument("--label", default="", help="a name for this configuration, kept in the rows")
     args = parser.parse_args()
-    rows = []
+    rows, commit = [], atari_learn.commit()  # the code the runs start from
     for seed in (int(s) for s in args.seeds.split(",")):
         rows.append(run(seed, args.seconds, args.kills, args.eval_every_s, args.set, args.buffer_size, args.kill))
-        rows[-1] |= {"label": args.label, "commit": atari_learn.commit()}
+        rows[-1] |= {"label": args.label, "commit": commit}
         if args.out:
             with open(args.out, "a") as f:
                 f.write(json.dumps(rows[-1]) + "\n")

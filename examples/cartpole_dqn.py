@@ -42,6 +42,7 @@ Double DQN: https://arxiv.org/abs/1509.06461 (the online net picks the next
 action, the target net values it).
 """
 
+import os
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -77,7 +78,9 @@ class Args:
     eps_start: float = 1.0
     """exploration epsilon of players before any update"""
     eps_end: float = 0.02
-    """exploration epsilon of players after ``eps_updates`` updates"""
+    """exploration epsilon of a lone player after ``eps_updates`` updates"""
+    eps_spread: float = 7.0
+    """Ape-X: player i of n ends at eps_end ** ((1 + spread q) / (1 + spread / 2)), q = (i + 1/2) / n"""
     eps_updates: int = 2000
     """updates of train_batch_size sessions over which epsilon decays linearly"""
     greedy_target: bool = False
@@ -117,6 +120,11 @@ class CartPoleDQN(tinyverse.Experiment):
         self.n_act = n_act
         self.updates = 0  # trainer updates so far, shared through params
         self.rng = np.random.default_rng()
+        # Ape-X: each player of a fleet ends at its own epsilon, spread geometrically around eps_end
+        # (a lone player, or one started by hand, plays eps_end), so some of the data keeps failing
+        index, count = (int(os.environ.get(f"TINYVERSE_WORKER_{k}", d)) for k, d in (("INDEX", 0), ("COUNT", 1)))
+        spread = self.args.eps_spread
+        self.eps_final = self.args.eps_end ** ((1 + spread * (index + 0.5) / count) / (1 + spread / 2))
         # the pace the core's loops hold (see the module docstring)
         self.updates_per_step = self.args.updates_per_step
         self.learning_starts, self.pace_slack = self.args.learning_starts, self.args.pace_slack
@@ -130,7 +138,7 @@ class CartPoleDQN(tinyverse.Experiment):
         # Q-function learns, and it learns per update. Tied to env steps, a fast player
         # (or ten players) would reach eps_end before the net knows anything.
         a = self.args
-        return a.eps_end + (a.eps_start - a.eps_end) * max(0.0, 1 - self.updates / a.eps_updates)
+        return self.eps_final + (a.eps_start - self.eps_final) * max(0.0, 1 - self.updates / a.eps_updates)
 
     @torch.no_grad()
     def act(self, observations, memory, greedy=False):

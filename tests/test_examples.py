@@ -152,6 +152,30 @@ def test_cartpole_dqn_greedy_play_may_use_the_target_net(greedy_target):
     assert exp.act(observations, {}, greedy=True)[0].tolist() == [int(greedy_target)] * 3
 
 
+def test_cartpole_dqn_players_of_a_fleet_end_at_their_own_epsilon(monkeypatch):
+    module = load("cartpole_dqn.py")
+    args = module.Args(eps_end=0.02, eps_spread=7.0)
+
+    def final_epsilon(env: dict) -> float:
+        for key in ("TINYVERSE_WORKER_INDEX", "TINYVERSE_WORKER_COUNT"):
+            monkeypatch.delenv(key, raising=False)
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        exp = module.make_experiment(None, args)
+        exp.updates = args.eps_updates  # the decay is over
+        assert exp.session_info()["epsilon"] == pytest.approx(exp.epsilon())
+        return exp.epsilon()
+
+    assert final_epsilon({}) == pytest.approx(0.02)  # a player started by hand
+    assert final_epsilon({"TINYVERSE_WORKER_INDEX": "0", "TINYVERSE_WORKER_COUNT": "1"}) == pytest.approx(0.02)
+    pair = [final_epsilon({"TINYVERSE_WORKER_INDEX": str(i), "TINYVERSE_WORKER_COUNT": "2"}) for i in (0, 1)]
+    assert pair == pytest.approx([0.02 ** (2.75 / 4.5), 0.02 ** (6.25 / 4.5)])  # 0.092 and 0.0044
+    assert pair[0] * pair[1] == pytest.approx(0.02**2)  # geometric: centred on eps_end
+    exp = module.make_experiment(None, args)
+    exp.updates = 0
+    assert exp.epsilon() == 1.0  # every player starts at eps_start
+
+
 def test_numpy_backprop_matches_finite_differences():
     m = load("cartpole_numpy.py")
     rng = np.random.default_rng(0)
