@@ -42,6 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import atari_learn
 import gymnasium as gym
 import numpy as np
 import torch
@@ -428,7 +429,7 @@ def main():
         show([json.loads(line) for f in args.report for line in Path(f).read_text().splitlines() if line.strip()])
         return
     extra = [tuple(o.split("=", 1)) for o in args.options]
-    rows = []
+    rows, commit = [], atari_learn.commit()  # the code the runs start from
     for env_id in args.envs.split(","):
         assert env_id in ZOO, f"no preset for {env_id}: pick from {', '.join(ZOO)}"
         for seed in map(int, args.seeds.split(",")):
@@ -447,7 +448,7 @@ def main():
                     row = run_tinyverse(
                         env_id, seed, args.budget_s, players, config, args.stop_solved, args.steps, extra
                     )
-                rows.append(record(row, args.json))
+                rows.append(record(row | {"commit": commit}, args.json))
     print()
     show(rows)
 
