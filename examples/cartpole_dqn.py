@@ -43,7 +43,7 @@ policy tips over. Now player i of n ends at
 its own epsilon, spread geometrically around eps_end as Ape-X does (2
 players: 0.092 and 0.0044; a lone player keeps eps_end). Then 500, 500, 500
 with 10 kills a run, every eval after the first solve at 500, and 500, 500,
-500 without kills (1 of 42 evals after the first solve under 475).
+500 without kills (1 of 35 evals after the first solve under 475).
 
 Double DQN: https://arxiv.org/abs/1509.06461 (the online net picks the next
 action, the target net values it). Ape-X: https://arxiv.org/abs/1803.00933.
