@@ -27,23 +27,22 @@ solved CartPole within a minute, then its greedy evals kept dropping to
 100-250 and coming back. Three causes, three fixes first (``bench/stays.py``):
 at a constant step size of 2e-3 the Q-values of a solved policy drift (the
 step size now decays linearly to 1e-4 over 20,000 updates, counted by all
-trainers and kept in the params, so a restarted trainer resumes the
-schedule); the replay buffer (80k transitions, under a minute of this
-fleet's play) soon held nothing but balanced poles (it keeps 320k now); and
-``train -b 32`` replayed every transition twice as often as the pace
-declared for 16 sessions (the core's pace now counts an update by its
-sessions, and so do this file's schedules). Without kills the last two sets
-of three runs ended at 486, 500, 500 and 500, 500, 500, but 2 of the 12 runs
-with 10 random kill -9 a run fell to 10 and 271, gradually over 60-100 s and
-not at a kill (one with no trainer restart at all). A fourth fix: every
-player explored at the same final epsilon (0.02), so once solved the buffer
-held almost no failing states; the likely mechanism (not measured directly)
-is that the Q-values of both actions then drift together until the greedy
-policy tips over. Now player i of n ends at
-its own epsilon, spread geometrically around eps_end as Ape-X does (2
-players: 0.092 and 0.0044; a lone player keeps eps_end). Then 500, 500, 500
-with 10 kills a run, every eval after the first solve at 500, and 500, 500,
-500 without kills (1 of 35 evals after the first solve under 475).
+trainers and kept in the params, so a restarted trainer resumes the schedule);
+the replay buffer (80k transitions, under a minute of this fleet's play) soon
+held nothing but balanced poles (it keeps 320k now); and ``train -b 32``
+replayed every transition twice as often as the pace declared for 16 sessions
+(the core's pace now counts an update by its sessions, and so do this file's
+schedules). Without kills the last two sets of three runs ended at 486, 500,
+500 and 500, 500, 500, but 2 of the 12 runs with 10 random kill -9 a run fell
+to 10 and 271, gradually over 60-100 s and not at a kill (one with no trainer
+restart at all). A fourth fix: every player explored at the same final epsilon
+(0.02), so once solved the buffer held almost no failing states; the likely
+mechanism (not measured directly) is that the Q-values of both actions then
+drift together until the greedy policy tips over. Now player i of n ends at
+its own epsilon, spread geometrically around eps_end as Ape-X does (2 players:
+0.092 and 0.0044; a lone player keeps eps_end). Then 500, 500, 500 with 10
+kills a run, every eval after the first solve at 500 (on seeds 3-5 too), and
+500, 500, 500 without kills (1 of 35 evals after the first solve under 475).
 
 Double DQN: https://arxiv.org/abs/1509.06461 (the online net picks the next
 action, the target net values it). Ape-X: https://arxiv.org/abs/1803.00933.
