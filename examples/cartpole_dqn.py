@@ -128,8 +128,8 @@ class CartPoleDQN(tinyverse.Experiment):
         self.rng = np.random.default_rng()
         # Ape-X: each player of a fleet ends at its own epsilon, spread geometrically around eps_end
         # (a lone player, or one started by hand, plays eps_end), so some of the data keeps failing
-        index, count = (int(os.environ.get(f"TINYVERSE_WORKER_{k}", d)) for k, d in (("INDEX", 0), ("COUNT", 1)))
-        spread = self.args.eps_spread
+        index = int(os.environ.get("TINYVERSE_WORKER_INDEX", 0))  # set by run (and bench/stays.py)
+        count, spread = int(os.environ.get("TINYVERSE_WORKER_COUNT", 1)), self.args.eps_spread
         self.eps_final = self.args.eps_end ** ((1 + spread * (index + 0.5) / count) / (1 + spread / 2))
         # the pace the core's loops hold (see the module docstring)
         self.updates_per_step = self.args.updates_per_step
