@@ -15,7 +15,8 @@ effect can be measured (``bench/dqn.py --ablate``):
 
 - double Q-learning (``double``): the online net picks the next action, the target net values
   it. https://arxiv.org/abs/1509.06461
-- dueling heads (``dueling``): Q = V + A - mean(A), each stream with its own hidden layer.
+- dueling heads (``dueling``): Q = V + A - mean(A), each stream with its own hidden layer
+  (``shared_hidden``: one layer shared by both, a third fewer FLOPs an update).
   https://arxiv.org/abs/1511.06581
 - n-step returns (``n_step``), computed inside a session and never across an episode end: a
   terminated episode adds no bootstrap, a truncated one bootstraps from its final observation,
@@ -127,6 +128,8 @@ class Args:
     """double Q-learning"""
     dueling: bool = True
     """dueling value/advantage heads"""
+    shared_hidden: bool = False
+    """the dueling streams share the second hidden layer (a third fewer FLOPs an update; more env steps to solve)"""
     n_step: int = 3
     """n of n-step returns (1: plain one-step TD)"""
     per: bool = True
@@ -323,21 +326,28 @@ class PrioritizedReplay:
 
 
 class QNet(nn.Module):
-    def __init__(self, n_obs: int, n_act: int, hidden: int, dueling: bool):
+    def __init__(self, n_obs: int, n_act: int, hidden: int, dueling: bool, shared_hidden: bool = False):
         super().__init__()
         self.dueling = dueling
-        self.trunk = nn.Sequential(nn.Linear(n_obs, hidden), nn.ReLU())
+        # the second hidden layer: one per dueling stream (as in the paper), or shared in the trunk
+        shared = shared_hidden or not dueling
 
-        def stream(out):
-            return nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, out))
+        def layers(n_in, n_out, hidden_layer):
+            return (
+                [nn.Linear(n_in, hidden), nn.ReLU(), nn.Linear(hidden, n_out)]
+                if hidden_layer
+                else [nn.Linear(n_in, n_out)]
+            )
 
-        # each dueling stream has its own hidden layer, as in the paper: one shared layer cost
-        # a third fewer FLOPs per update but took about twice the env steps to solve CartPole
-        # and LunarLander (docs/examples.rst)
+        self.trunk = nn.Sequential(*layers(n_obs, hidden, shared), nn.ReLU())
+
+        def head(out):
+            return nn.Sequential(*layers(hidden, out, not shared))
+
         if dueling:
-            self.value, self.advantage = stream(1), stream(n_act)
+            self.value, self.advantage = head(1), head(n_act)
         else:
-            self.head = stream(n_act)
+            self.head = head(n_act)
 
     def forward(self, x):
         h = self.trunk(x)
@@ -366,8 +376,8 @@ class DQN(tinyverse.Experiment):
         env.close()
         if a.seed >= 0:
             torch.manual_seed(a.seed)
-        self.q = QNet(n_obs, self.n_act, a.hidden, a.dueling)
-        self.target = QNet(n_obs, self.n_act, a.hidden, a.dueling)
+        self.q = QNet(n_obs, self.n_act, a.hidden, a.dueling, a.shared_hidden)
+        self.target = QNet(n_obs, self.n_act, a.hidden, a.dueling, a.shared_hidden)
         self.target.load_state_dict(self.q.state_dict())
         self.updates = 0  # trainer updates so far (all trainers': params merge it), shared through params
         self.since_target = 0  # this trainer's updates since it refreshed its own target net

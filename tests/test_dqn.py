@@ -126,10 +126,24 @@ def test_one_step_targets_are_plain_td():
     np.testing.assert_array_equal(index, np.where(ended[..., 0], -1, np.arange(1, 7)))
 
 
-def test_double_q_target_from_one_online_forward_equals_two_forwards(monkeypatch):
+@pytest.mark.parametrize("shared_hidden", [False, True])
+def test_dueling_streams_have_their_own_second_hidden_layer_unless_shared(shared_hidden):
+    h, n_obs, n_act = 16, 4, 3
+    q = dqn.QNet(n_obs, n_act, h, dueling=True, shared_hidden=shared_hidden)
+    hidden_layers = (h * h + h) * (1 if shared_hidden else 2)  # in the trunk, or one in each stream
+    assert sum(p.numel() for p in q.parameters()) == (n_obs * h + h) + hidden_layers + (h + 1) + (h * n_act + n_act)
+    x = torch.randn(5, n_obs)
+    with torch.no_grad():
+        z = q.trunk(x)
+        v, a = q.value(z), q.advantage(z)
+        torch.testing.assert_close(q(x), v + a - a.mean(1, keepdim=True))
+
+
+@pytest.mark.parametrize("shared_hidden", [False, True])
+def test_double_q_target_from_one_online_forward_equals_two_forwards(monkeypatch, shared_hidden):
     # the pick of the online net at s_{t+m} read from its forward over the session, as one
     # forward of the bootstrap observations would give it, truncations included
-    exp = dqn.DQN(None, dqn.Args(hidden=16, n_step=3, double=True, dueling=True))
+    exp = dqn.DQN(None, dqn.Args(hidden=16, n_step=3, double=True, dueling=True, shared_hidden=shared_hidden))
     exp.prepare_training()
     rng = np.random.default_rng(0)
     B, T = 32, 8
