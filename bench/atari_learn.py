@@ -97,6 +97,7 @@ def run_tinyverse(
     experiment: Path = ROOT / "examples" / "atari.py",
     stop_at: float = THRESHOLDS[-1],
     keep: str | None = None,
+    play_batch: int | None = None,
 ) -> tuple[list[tuple[float, float, int]], dict]:
     """``atari.py run``, or with ``sync_every`` > 1 a trainer and players started one by one (``play -s``).
 
@@ -105,13 +106,14 @@ def run_tinyverse(
 
     url = f"sqlite:///{workdir / 'run.db'}"
     sets = [x for o in options for x in ("--set", o)]
+    batch = ["-b", str(play_batch)] if play_batch else []  # environments per player (default: atari.py's 8)
     base = [sys.executable, "-m", "tinyverse", str(experiment)]
     if sync_every == 1:
-        fleet = ["--players", str(players), "--trainers", str(trainers)]
+        fleet = ["--players", str(players), "--trainers", str(trainers), *batch]
         argvs = [[*base, "run", "--db", url, *fleet, "--eval-episodes", "0", "-q", *sets]]
     else:  # the trainers first, so that they store the options the players adopt
         argvs = [[*base, "train", "--db", url, "-q", *sets] for _ in range(trainers)]
-        argvs += [[*base, "play", "--db", url, "-s", str(sync_every), "-q", *sets] for _ in range(players)]
+        argvs += [[*base, "play", "--db", url, "-s", str(sync_every), "-q", *batch, *sets] for _ in range(players)]
     start = time.time()
     procs = []
     for argv in argvs:
@@ -329,6 +331,7 @@ def main():
     parser.add_argument("--systems", default="tinyverse,sb3", help="comma-separated: tinyverse, sb3")
     parser.add_argument("--minutes", type=float, default=45.0, help="wall-time budget of each run")
     parser.add_argument("--players", type=int, default=1, help="tinyverse player processes")
+    parser.add_argument("--play-batch", type=int, help="tinyverse environments per player (default: atari.py's)")
     parser.add_argument("--sync-every", type=int, default=1, help="players look for new params every N rounds")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="options of atari.py")
     parser.add_argument("--thresholds", default="-15,-5,0", help="mean returns to time; the run ends at the last")
@@ -361,8 +364,9 @@ def main():
         if system == "tinyverse":
             with tempfile.TemporaryDirectory() as tmp:
                 run = (args.minutes, args.players, args.set, Path(tmp), args.sync_every)
-                episodes, lag = run_tinyverse(*run, stop_at=THRESHOLDS[-1], keep=args.keep)
+                episodes, lag = run_tinyverse(*run, stop_at=THRESHOLDS[-1], keep=args.keep, play_batch=args.play_batch)
             extra |= {"players": args.players, "options": args.set, "sync_every": args.sync_every, **lag}
+            extra |= {"play_batch": args.play_batch} if args.play_batch else {}
         elif system == "sb3":
             episodes = run_sb3(args.minutes)
         else:
