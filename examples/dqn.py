@@ -16,7 +16,7 @@ effect can be measured (``bench/dqn.py --ablate``):
 - double Q-learning (``double``): the online net picks the next action, the target net values
   it. https://arxiv.org/abs/1509.06461
 - dueling heads (``dueling``): Q = V + A - mean(A), each stream with its own hidden layer
-  (``shared_hidden``: one layer shared by both, a third fewer FLOPs an update).
+  (``shared_hidden``: one layer shared by both, half the FLOPs).
   https://arxiv.org/abs/1511.06581
 - n-step returns (``n_step``), computed inside a session and never across an episode end: a
   terminated episode adds no bootstrap, a truncated one bootstraps from its final observation,
@@ -129,7 +129,7 @@ class Args:
     dueling: bool = True
     """dueling value/advantage heads"""
     shared_hidden: bool = False
-    """the dueling streams share the second hidden layer (a third fewer FLOPs an update; more env steps to solve)"""
+    """the dueling streams share the second hidden layer (half the FLOPs; more env steps to solve here)"""
     n_step: int = 3
     """n of n-step returns (1: plain one-step TD)"""
     per: bool = True
