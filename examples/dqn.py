@@ -331,18 +331,13 @@ class QNet(nn.Module):
         self.dueling = dueling
         # the second hidden layer: one per dueling stream (as in the paper), or shared in the trunk
         shared = shared_hidden or not dueling
-
-        def layers(n_in, n_out, hidden_layer):
-            return (
-                [nn.Linear(n_in, hidden), nn.ReLU(), nn.Linear(hidden, n_out)]
-                if hidden_layer
-                else [nn.Linear(n_in, n_out)]
-            )
-
-        self.trunk = nn.Sequential(*layers(n_obs, hidden, shared), nn.ReLU())
+        first = [nn.Linear(n_obs, hidden), nn.ReLU()]  # layers made in order: a seed gives the same weights
+        self.trunk = nn.Sequential(*first, *([nn.Linear(hidden, hidden), nn.ReLU()] if shared else []))
 
         def head(out):
-            return nn.Sequential(*layers(hidden, out, not shared))
+            if shared:
+                return nn.Linear(hidden, out)
+            return nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, out))
 
         if dueling:
             self.value, self.advantage = head(1), head(n_act)
