@@ -66,7 +66,8 @@ net's copies): every transition is sampled as often, in fewer, larger updates, w
 their size on a CPU. Measured on 2 cores (``bench/dqn.py``, 3 seeds, median time to solve): CartPole
 1 player 38 s, 2 players 30 s, 2 players with larger batches 18 s; Acrobot 68, 58 and 56 s.
 The whole matrix in one script (2026-12-01, 3 seeds, 2 cores; SB3's time = 1): 1 player
-CartPole 3.07, Acrobot 0.81, LunarLander 0.83; 2 players 1.37, 0.46, 0.32 (docs: examples).
+CartPole 1.61, Acrobot 0.63, LunarLander 0.92 (2 of 3 solved); 2 players 1.17, 0.76, 0.32 (docs:
+examples; with the streams sharing their hidden layer, 1 player took 3.07, 0.81 and 0.83).
 """
 
 import os
