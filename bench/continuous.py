@@ -9,17 +9,19 @@
     python bench/continuous.py --envs Pendulum-v1 --seeds 0 --systems tinyverse --set n_step=3   # example's options
 
 The protocol is ``bench/dqn.py``'s, through its code (``Tracker``, ``evaluate``, ``result``, ``learn_sb3``
-and ``run_tinyverse``): every ``eval_every`` env steps (Pendulum-v1 1,000, LunarLanderContinuous-v3 5,000)
-and once at the end, 10 greedy episodes on a separately seeded env, off the clock; an env is solved at the
-first eval whose mean reaches the threshold (Pendulum-v1 -200, LunarLanderContinuous-v3 200). A run ends
-at RL-Zoo's ``n_timesteps`` of its SB3 counterpart (``--steps`` overrides it), after ``--budget-s`` seconds
-of training time (wall time less evaluation), or with ``--stop-solved`` at the first eval that solves.
+and ``run_tinyverse``): every ``eval_every`` env steps (Pendulum-v1 1,000, LunarLanderContinuous-v3 5,000,
+BipedalWalker-v3 10,000) and once at the end, 10 greedy episodes on a separately seeded env, off the clock;
+an env is solved at the first eval whose mean reaches the threshold (Pendulum-v1 -200, LunarLanderContinuous-v3
+200, BipedalWalker-v3 300). A run ends at RL-Zoo's ``n_timesteps`` of its SB3 counterpart (``--steps``
+overrides it), after ``--budget-s`` seconds of training time (wall time less evaluation), or with
+``--stop-solved`` at the first eval that solves.
 
 - ``sb3-td3``, ``sb3-sac``: ``stable_baselines3.TD3`` / ``SAC`` in this process with RL-Zoo's
   hyperparameters (``ZOO``: hyperparams/td3.yml and sac.yml), one torch thread; the clock starts when the
   model is built. TD3's ``normal`` noise is SB3's ``NormalActionNoise`` (in [-1, 1] units); SAC's
   LunarLander ``lin_7.3e-4`` is RL-Zoo's linear decay to 0 over its ``n_timesteps`` (with ``--steps``, the
-  same decay per env step).
+  same decay per env step). SAC's BipedalWalker entry explores with gSDE (``use_sde``, ``log_std_init`` -3),
+  as RL-Zoo has it; continuous.py's preset samples plain SAC.
 - tinyverse: configurations ``algo[/noise]`` (``--configs``; e.g. ``td3``, ``sac``, ``ddpg/ou``,
   ``td3/param``, ``naf``; the noise left out is the example's default: gaussian, none for sac) run as
   ``python -m tinyverse examples/continuous.py train`` and ``play`` (one per ``--players``) subprocesses
@@ -53,12 +55,12 @@ import dqn as dqn_bench  # noqa: E402
 from tinyverse.experiment import load_experiment  # noqa: E402  (bench/dqn.py put the repo on sys.path)
 
 FILE = dqn_bench.ROOT / "examples" / "continuous.py"
-ENVS = ("Pendulum-v1", "LunarLanderContinuous-v3")  # smaller problem first
-SOLVED = {"Pendulum-v1": -200.0, "LunarLanderContinuous-v3": 200.0}
-EVAL_EVERY = {"Pendulum-v1": 1000, "LunarLanderContinuous-v3": 5000}
+ENVS = ("Pendulum-v1", "LunarLanderContinuous-v3", "BipedalWalker-v3")  # smaller problem first
+SOLVED = {"Pendulum-v1": -200.0, "LunarLanderContinuous-v3": 200.0, "BipedalWalker-v3": 300.0}
+EVAL_EVERY = {"Pendulum-v1": 1000, "LunarLanderContinuous-v3": 5000, "BipedalWalker-v3": 10_000}
 # rl-baselines3-zoo (read at its commit 22e3ff2, April 2026): hyperparams/td3.yml and sac.yml; SB3's defaults
 # for the rest (batch_size 256, tau 0.005, TD3's policy_delay 2 and target noise 0.2 / clip 0.5)
-_TD3 = dict(  # td3.yml: Pendulum-v1 and LunarLanderContinuous-v3 alike
+_TD3 = dict(  # td3.yml: Pendulum-v1, LunarLanderContinuous-v3 and BipedalWalker-v3 alike
     gamma=0.98,
     buffer_size=200_000,
     learning_starts=10_000,
@@ -72,6 +74,7 @@ ZOO = {
     "td3": {
         "Pendulum-v1": dict(n_timesteps=20_000, **_TD3),
         "LunarLanderContinuous-v3": dict(n_timesteps=300_000, **_TD3),
+        "BipedalWalker-v3": dict(n_timesteps=1_000_000, **_TD3),
     },
     "sac": {  # sac.yml
         "Pendulum-v1": dict(n_timesteps=20_000, learning_rate=1e-3),
@@ -88,6 +91,21 @@ ZOO = {
             learning_starts=10_000,
             net_arch=[400, 300],
         ),
+        "BipedalWalker-v3": dict(
+            n_timesteps=500_000,
+            batch_size=256,
+            learning_rate=7.3e-4,
+            buffer_size=300_000,
+            ent_coef="auto",
+            gamma=0.98,
+            tau=0.02,
+            train_freq=64,
+            gradient_steps=64,
+            learning_starts=10_000,
+            use_sde=True,  # generalized state-dependent exploration; continuous.py samples plain SAC
+            log_std_init=-3,
+            net_arch=[400, 300],
+        ),
     },
 }
 MATCH = {"ddpg": "td3", "td3": "td3", "naf": "td3", "sac": "sac"}  # the SB3 algorithm each one is compared with
@@ -101,8 +119,9 @@ def run_sb3(algo: str, env_id: str, seed: int, budget_s: float, stop_solved=Fals
     hp = dict(ZOO[algo][env_id])
     zoo_total = hp.pop("n_timesteps")
     total = steps or zoo_total
-    if "net_arch" in hp:
-        hp["policy_kwargs"] = dict(net_arch=hp.pop("net_arch"))
+    policy = {k: hp.pop(k) for k in ("net_arch", "log_std_init") if k in hp}
+    if policy:
+        hp["policy_kwargs"] = policy
     if "noise_std" in hp:
         env = gym.make(env_id)
         n_act = env.action_space.shape[0]
@@ -139,7 +158,9 @@ def run_tinyverse(algo, noise, env_id, seed, budget_s, players=1, stop_solved=Fa
         eval_every=EVAL_EVERY[env_id],
         threshold=SOLVED[env_id],
     )
-    return row | {"algo": algo, "noise": noise, "options": dict(extra)}
+    exp = load_experiment(str(FILE), None, {"algo": algo, "noise": noise, "env_id": env_id, **dict(extra)})
+    batch = f"{exp.args.batch_sessions}x{exp.args.session_length}"  # sessions x ticks of a minibatch
+    return row | {"algo": algo, "noise": noise, "options": dict(extra), "batch": batch}
 
 
 # -- report ---------------------------------------------------------------------------
@@ -147,7 +168,15 @@ def group(r: dict) -> str:
     """A row's system and configuration: sb3-td3, sb3-sac, or the tinyverse config (with its player count)."""
     if r["system"] != "tinyverse":
         return r["system"]
-    return r["config"] + (f" x{r['players']}" if r["players"] != 1 else "")
+    return f"{r['config']} {batch(r)}" + (f" x{r['players']}" if r["players"] != 1 else "")
+
+
+def batch(r: dict) -> str:
+    """A tinyverse row's minibatch, sessions x ticks; rows written before the field ran 16 x 16 unless set."""
+    if "batch" in r:
+        return r["batch"]
+    options = r.get("options", {})
+    return f"{options.get('batch_sessions', 16)}x{options.get('session_length', 16)}"
 
 
 def names(runs: list[dict]) -> list[str]:
@@ -194,17 +223,18 @@ def show(rows: list[dict]) -> None:
 
 
 def grid(env_id: str, runs: list[dict]) -> None:
-    """Algorithm x exploration: median time to solve (seeds solved / run), one player."""
+    """Algorithm (and minibatch) x exploration: median time to solve (seeds solved / run), one player."""
     runs = [r for r in runs if r["players"] == 1]
     if not runs:
         return
-    algos = [a for a in ("ddpg", "td3", "sac", "naf") if any(r["algo"] == a for r in runs)]
+    order = {a: i for i, a in enumerate(("ddpg", "td3", "sac", "naf"))}
+    algos = sorted(dict.fromkeys((r["algo"], batch(r)) for r in runs), key=lambda k: (order[k[0]], k[1]))
     noises = [n for n in ("gaussian", "ou", "param", "none") if any(r["noise"] == n for r in runs)]
     cells = []
-    for algo in algos:
-        line = [algo]
+    for algo, size in algos:
+        line = [f"{algo} {size}"]
         for noise in noises:
-            these = [r for r in runs if (r["algo"], r["noise"]) == (algo, noise)]
+            these = [r for r in runs if (r["algo"], batch(r), r["noise"]) == (algo, size, noise)]
             k, secs, _ = solved_median(these)
             line.append("" if not these else f"{'-' if secs is None else f'{secs:.0f} s'} ({k}/{len(these)})")
         cells.append(line)
@@ -234,7 +264,7 @@ def best(env_id: str, groups: dict[str, list[dict]], sb3: dict[str, float | None
 def equal_time(env_id: str, runs: list[dict]) -> None:
     """Median eval return of each system and configuration at equal training times."""
     longest = max(r["wall_s"] for r in runs)
-    times = [t for t in CHECKPOINTS_S if t < longest] + [longest]
+    times = [t for t in CHECKPOINTS_S if t < 0.99 * longest] + [longest]
     cells = []
     for g in names(runs):
         line = [g]

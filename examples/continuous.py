@@ -64,8 +64,10 @@ random from ``noise_players`` (1: noise_std). Every session stores its player's 
 Targets: n-step returns (``n_step``, 1 by default) inside a session, never across an episode end: a
 terminated episode adds no bootstrap, a truncated one bootstraps from its final observation, and the last ticks
 of a session use the m < n steps left (with n > 1, SAC's entropy bonus enters at the bootstrap state only).
-Batches are ``batch_sessions`` sessions of ``session_length`` ticks: 16 x 16 = 256 transitions, SB3's batch
-size (ticks of one session are consecutive, hence correlated).
+Batches are ``batch_sessions`` sessions of ``session_length`` ticks: 64 x 4 = 256 transitions, SB3's batch
+size. Ticks of one session are consecutive, hence correlated: short sessions bring a batch closer to SB3's 256
+independent draws. On LunarLanderContinuous-v3 (SAC, 3 seeds, 600 s each) 64 x 4 ended at a median eval of
+171 where 16 x 16 ended at 17 (docs/examples.rst); the price is 4x the sessions read per update.
 
 Pacing, as in examples/dqn.py: the loops hold ``replay_ratio`` trainer updates per env step
 (``updates_per_step``; SB3's train_freq 1 with gradient_steps 1, and the zoo's train_freq [1, episode] with
@@ -140,9 +142,9 @@ class Args:
     """soft target update: target <- (1 - tau) target + tau online, each update (TD3: each actor update)"""
     n_step: int = 1
     """n of n-step returns (1: one-step TD)"""
-    session_length: int = 16
-    """ticks per recorded session"""
-    batch_sessions: int = 16
+    session_length: int = 4
+    """ticks per recorded session (short: a batch's transitions correlate less)"""
+    batch_sessions: int = 64
     """sessions per minibatch; each brings session_length transitions"""
     buffer_transitions: int | None = None
     """transitions kept in the database (buffer_transitions // session_length sessions)"""

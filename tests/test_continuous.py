@@ -487,7 +487,7 @@ def test_cli_run_then_eval_with_video(tmp_path):
     assert db.load_params()[1]["updates"] > 0
     lo, hi = db.session_range()
     batch = db.get_batch(list(range(lo, hi + 1)))
-    assert batch["actions"].dtype == np.float32 and batch["actions"].shape[1:] == (16, 1)
+    assert batch["actions"].dtype == np.float32 and batch["actions"].shape[1:] == (4, 1)
     assert (np.abs(batch["actions"]) <= 2).all()
     assert set(batch["info.noise"].tolist()) == {0.4, 0.1}  # players 0 and 1 of 2: noise_std x 2 and / 2
     db.close()
