@@ -58,8 +58,9 @@ FILE = dqn_bench.ROOT / "examples" / "continuous.py"
 ENVS = ("Pendulum-v1", "LunarLanderContinuous-v3", "BipedalWalker-v3")  # smaller problem first
 SOLVED = {"Pendulum-v1": -200.0, "LunarLanderContinuous-v3": 200.0, "BipedalWalker-v3": 300.0}
 EVAL_EVERY = {"Pendulum-v1": 1000, "LunarLanderContinuous-v3": 5000, "BipedalWalker-v3": 10_000}
-# rl-baselines3-zoo (read at its commit 22e3ff2, April 2026): hyperparams/td3.yml and sac.yml; SB3's defaults
-# for the rest (batch_size 256, tau 0.005, TD3's policy_delay 2 and target noise 0.2 / clip 0.5)
+# rl-baselines3-zoo (read at its commit 22e3ff2, April 2026; BipedalWalker-v3: td3.yml at a02f4fb, sac.yml at c94924e):
+# hyperparams/td3.yml and sac.yml; SB3's defaults for the rest (batch_size 256, tau 0.005, TD3's policy_delay 2
+# and target noise 0.2 / clip 0.5)
 _TD3 = dict(  # td3.yml: Pendulum-v1, LunarLanderContinuous-v3 and BipedalWalker-v3 alike
     gamma=0.98,
     buffer_size=200_000,
@@ -165,7 +166,7 @@ def run_tinyverse(algo, noise, env_id, seed, budget_s, players=1, stop_solved=Fa
 
 # -- report ---------------------------------------------------------------------------
 def group(r: dict) -> str:
-    """A row's system and configuration: sb3-td3, sb3-sac, or the tinyverse config (with its player count)."""
+    """A row's system and configuration: sb3-td3, sb3-sac, or the tinyverse config, minibatch (and players)."""
     if r["system"] != "tinyverse":
         return r["system"]
     return f"{r['config']} {batch(r)}" + (f" x{r['players']}" if r["players"] != 1 else "")
