@@ -105,6 +105,15 @@ def run(net: str, minutes: float, options: list[str], workdir: Path, args) -> li
                 if values := [m[k] for m in train if k in m]:
                     lag[k] = round(float(np.mean(values)), 4)
             db.close()
+        if args.keep and (workdir / "memory.db").exists():  # after the warm stop: for an eval video
+            import sqlite3
+
+            Path(args.keep).mkdir(parents=True, exist_ok=True)
+            name = Path(args.keep) / f"{'-'.join(x for x in (net, args.label) if x)}.db"
+            with contextlib.closing(sqlite3.connect(workdir / "memory.db")) as src:
+                with contextlib.closing(sqlite3.connect(name)) as dst:
+                    src.backup(dst)
+            print(f"  kept {name}", flush=True)
     steps = episodes[-1]["steps"] if episodes else 0
     return [*episodes, *evals, summarize(net, minutes, options, code, episodes, evals, steps, args, **lag)]
 
@@ -221,6 +230,7 @@ def main():
     parser.add_argument("--eval-episodes", type=int, default=10, help="greedy episodes per eval")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="options of recurrent.py")
     parser.add_argument("--out", default=f"recurrent-{date.today().isoformat()}.jsonl", help="rows (JSON lines)")
+    parser.add_argument("--keep", metavar="DIR", help="copy each run's database into DIR (NET-LABEL.db) at its end")
     parser.add_argument("--report", help="print the table of a rows file instead of running")
     parser.add_argument("--plot", help="draw the curves of --report's file (or of this run) into a PNG")
     args = parser.parse_args()
