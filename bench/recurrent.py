@@ -4,6 +4,7 @@
     python bench/recurrent.py --nets gru --minutes 3 --set max_reuse=4
     python bench/recurrent.py --report bench/results/recurrent-cartpole-2cores.jsonl --plot curves.png
     python bench/recurrent.py --nets random --set env_id=VizdoomDefendCenter-v1   # the floor: random actions
+    python bench/recurrent.py --nets gru --minutes 60 --full --set env_id=VizdoomHealthGathering-v1 --keep dbs
 
 Each run is ``python -m tinyverse examples/recurrent.py run --set net=NET`` (1 player, 1 trainer) on a
 fresh SQLite file; the clock starts when this script spawns it, so imports and start-up count. Every
@@ -18,7 +19,9 @@ Rows (JSON lines, ``--out``): every training episode as ``{"kind": "episode", "n
 "steps"}``, and one summary per run: minutes and env steps to the bar, the best and last eval means,
 and the trainer's mean lag metrics (``policy_lag``, ``rho_mean``, ``rho_dev_first`` against
 ``rho_dev_rest``: how far the first tick of a session, replayed from the stored state, is off the
-players' policy compared with the later ticks).
+players' policy compared with the later ticks). ``--keep DIR`` copies each run's database there when it
+ends (``DIR/NET-LABEL.db``): ``python -m tinyverse examples/recurrent.py eval --db sqlite:///DIR/gru.db
+--prefix recurrent --record videos`` then films what the run learned.
 """
 
 import argparse
