@@ -21,7 +21,7 @@ and the trainer's mean lag metrics (``policy_lag``, ``rho_mean``, ``rho_dev_firs
 ``rho_dev_rest``: how far the first tick of a session, replayed from the stored state, is off the
 players' policy compared with the later ticks). ``--keep DIR`` copies each run's database there when it
 ends (``DIR/NET-LABEL.db``): ``python -m tinyverse examples/recurrent.py eval --db sqlite:///DIR/gru.db
---prefix recurrent --record videos`` then films what the run learned.
+--record videos`` then films what the run learned.
 """
 
 import argparse
@@ -30,6 +30,7 @@ import io
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -109,8 +110,6 @@ def run(net: str, minutes: float, options: list[str], workdir: Path, args) -> li
                     lag[k] = round(float(np.mean(values)), 4)
             db.close()
         if args.keep and (workdir / "memory.db").exists():  # after the warm stop: for an eval video
-            import sqlite3
-
             Path(args.keep).mkdir(parents=True, exist_ok=True)
             name = Path(args.keep) / f"{'-'.join(x for x in (net, args.label) if x)}.db"
             with contextlib.closing(sqlite3.connect(workdir / "memory.db")) as src:
