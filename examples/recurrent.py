@@ -102,7 +102,7 @@ import tinyverse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the experiment is loaded by path: find its neighbour
 from actor_critic import declare_pace, loss, prepare, sample_recent, vtrace  # noqa: E402, F401  (vtrace: for the tests and readers)
-from wrappers import ActionSubset, DoomScreen, ObservationSubset, Preprocess, window_indices  # noqa: E402
+from wrappers import ActionSubset, DoomScreen, Flicker, ObservationSubset, Preprocess, window_indices  # noqa: E402
 
 # torch's default thread count made a DQN run 4x slower with several processes on 2 cores
 torch.set_num_threads(1)
@@ -136,6 +136,9 @@ class Args:
     attention: int = 0
     """images: heads of soft spatial attention that pool the last convolution's map (0: flatten it, as A3C does);
     eval videos draw where the heads look"""
+    flicker: float = 0.0
+    """probability that the agent's observation is blanked (all zeros), DRQN's flickering games: a frame window
+    or a memory has to carry what a blank frame hides"""
     max_episode_steps: int | None = None
     """truncate episodes after this many agent steps (None: the game's own limit)"""
     reward_scale: float | None = None
@@ -342,6 +345,8 @@ class Recurrent(tinyverse.Experiment):
             env = gym.make(a.env_id, render_mode=render_mode)
             if a.keep and a.keep != "all":
                 env = ObservationSubset(env, [int(x) for x in a.keep.split(",")])
+        if a.flicker:
+            env = Flicker(env, a.flicker)
         if a.actions:
             env = ActionSubset(env, [int(x) for x in a.actions.split(",")])
         if a.max_episode_steps:

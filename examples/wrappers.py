@@ -241,6 +241,29 @@ class ObservationSubset(gym.ObservationWrapper):
         return np.asarray(obs)[self.keep]
 
 
+class Flicker(gym.ObservationWrapper):
+    """Blank each observation (all zeros) with probability ``p``: DRQN's flickering games.
+
+    Hausknecht and Stone (2015, https://arxiv.org/abs/1507.06527) made Atari
+    partially observed this way: on a blank frame an agent without memory sees
+    nothing at all, one with memory still knows what the last frames showed.
+    Seeded by ``reset(seed=...)``, like the environment it wraps.
+    """
+
+    def __init__(self, env: gym.Env, p: float):
+        super().__init__(env)
+        assert 0.0 <= p <= 1.0, f"flicker probability {p} is not in [0, 1]"
+        self.p, self.rng = p, np.random.default_rng()
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        return super().reset(seed=seed, options=options)
+
+    def observation(self, obs: np.ndarray) -> np.ndarray:
+        return np.zeros_like(obs) if self.rng.random() < self.p else obs
+
+
 class DoomScreen(gym.Wrapper):
     """ViZDoom's Gymnasium environments as a plain image game: the screen only, and timeouts as truncations.
 

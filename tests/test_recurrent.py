@@ -14,7 +14,7 @@ from tinyverse.player import play
 
 sys.path.insert(0, str(ROOT / "examples"))
 import recurrent  # noqa: E402
-from wrappers import DoomScreen, ObservationSubset  # noqa: E402
+from wrappers import DoomScreen, Flicker, ObservationSubset  # noqa: E402
 
 EXP = ROOT / "examples" / "recurrent.py"
 CPU = {"TINYVERSE_DEVICE": "cpu"}
@@ -204,6 +204,27 @@ def test_masked_cartpole_sees_position_and_angle_only():
         obs, *_ = env.step(1)
     with pytest.raises(AssertionError, match="out of"):
         ObservationSubset(gym.make("CartPole-v1"), [0, 4])
+
+
+def test_flicker_blanks_frames_at_its_rate_and_replays_with_its_seed():
+    def blanks(p, seed, n=400):
+        env, out = Flicker(gym.make("CartPole-v1"), p), []
+        obs, _ = env.reset(seed=seed)
+        for _ in range(n):
+            out.append(not obs.any())
+            state = np.array(env.unwrapped.state, np.float32)
+            obs, _, terminated, truncated, _ = env.step(int(state[2] > 0))  # push under the pole: long episodes
+            if terminated or truncated:
+                obs, _ = env.reset()
+        return np.array(out)
+
+    half = blanks(0.5, seed=1)
+    assert 0.4 < half.mean() < 0.6  # 400 coin flips: 0.4-0.6 holds with probability 1 - 6e-5
+    np.testing.assert_array_equal(half, blanks(0.5, seed=1))  # the same seed blanks the same ticks
+    assert not np.array_equal(half, blanks(0.5, seed=2))
+    assert not blanks(0.0, seed=1).any() and blanks(1.0, seed=1).all()
+    with pytest.raises(AssertionError, match="not in"):
+        Flicker(gym.make("CartPole-v1"), 1.5)
 
 
 def test_doom_screen_keeps_the_screen_and_reports_timeouts_as_truncations(monkeypatch, tmp_path):
