@@ -65,11 +65,16 @@ luminance alone renders alike. ``window`` > 1 stacks the last frames
 (``--set net=ff --set window=4``: the window-only feedforward baseline).
 Measured on DefendCenter (``bench/recurrent.py``, one hour each on 2 cores,
 one run each): training returns over the last 10 minutes 8.6 with the GRU,
-7.7 with the 4-frame window, 0.6 for random play. On HealthGathering: 945,
-417 and 398, but the GRU's mean swung between about 500 and 1,600 after
-reaching 1,574 in its first 10 minutes (the step size is the next thing to tune),
-and a 1-frame feedforward agent learned as fast in a 20-minute control: one
-frame shows the medkits, and the 4-frame window is what slowed that baseline.
+7.7 with the 4-frame window, 0.6 for random play, but 10.1 with a 1-frame
+feedforward agent: the window's cost (3.2x fewer agent steps), not memory,
+held that baseline back. On HealthGathering: 945, 417 and 398, but the GRU's
+mean swung between about 500 and 1,600 after reaching 1,574 in its first 10
+minutes (the step size is the next thing to tune), and a 1-frame feedforward
+agent learned as fast in a 20-minute control: one frame shows the medkits.
+``flicker`` (``wrappers.Flicker``) blanks frames at random to make a game
+need memory: on DefendCenter with half the frames blanked (30 minutes each)
+the 1-frame agent peaked as high as the GRU, then fell back (last 10 minutes
+5.2 against 7.0; one seed each).
 
 Soft spatial attention (``--set attention=K``, image games): instead of
 flattening the last convolution's map (4x8 places of 32 features on Doom's
