@@ -69,7 +69,7 @@ one run each): training returns over the last 10 minutes 8.6 with the GRU,
 feedforward agent: the window's cost (3.2x fewer agent steps), not memory,
 held that baseline back. On HealthGathering: 945, 417 and 398, but the GRU's
 mean swung between about 500 and 1,600 after reaching 1,574 in its first 10
-minutes (the step size is the next thing to tune), and a 1-frame feedforward
+minutes (at 3e-4 it settled on a no-medkit episode instead), and a 1-frame feedforward
 agent learned as fast in a 20-minute control: one frame shows the medkits.
 ``flicker`` (``wrappers.Flicker``) blanks frames at random to make a game
 need memory: on DefendCenter with half the frames blanked (30 minutes each)
