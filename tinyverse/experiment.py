@@ -153,6 +153,9 @@ def load_experiment(path: str, db=None, options: dict[str, str] | None = None) -
         raise ExperimentError(f"cannot import {path}: an experiment is a Python file ending in .py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and pickling-free introspection look here
+    folder = str(file.resolve().parent)  # as `python file.py` does: the experiment imports its neighbours
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(module)
     except SyntaxError as e:
