@@ -1,5 +1,6 @@
 """Shared fixtures: every backend, the shared Redis, and private redis-servers to kill."""
 
+import importlib
 import os
 import shutil
 import socket
@@ -24,6 +25,14 @@ def _missing(reason: str):
     if IN_CI:
         pytest.fail(f"{reason} (CI=true: the Redis tests must run)")
     pytest.skip(reason)
+
+
+def optional(module: str):
+    """Import an optional package for a test module: skipped with a reason on a developer machine
+    that lacks it, an import error in CI (CI installs every extra, so a missing one is a bug there)."""
+    if IN_CI:
+        return importlib.import_module(module)
+    return pytest.importorskip(module, reason=f"{module} is not installed (pip install -e '.[test]')")
 
 
 @pytest.fixture(scope="session")
