@@ -28,7 +28,7 @@ def test_eval_prints_returns_and_writes_one_video_per_episode(db, tmp_path, caps
     returns = evaluate(FakeExperiment(db, max_steps=30), db, 2, str(tmp_path / "rec"), seed=1)
     out = capsys.readouterr().out
     assert len(returns) == 2 and out.count("episode ") == 2 and "over 2 episodes" in out
-    assert sorted(p.name for p in (tmp_path / "rec").iterdir()) == ["episode_000_v0.mp4", "episode_001_v0.mp4"]
+    assert sorted(p.name for p in (tmp_path / "rec").iterdir()) == ["episode_000.mp4", "episode_001.mp4"]
 
 
 def test_ctrl_c_keeps_the_summary_of_finished_episodes(db, tmp_path, capsys):
@@ -36,7 +36,7 @@ def test_ctrl_c_keeps_the_summary_of_finished_episodes(db, tmp_path, capsys):
         evaluate(StopsAtEpisode(db, at=3), db, 5, str(tmp_path / "rec"))
     out = capsys.readouterr().out
     assert "interrupted after 2 of 5 episodes" in out and "over 2 episodes" in out
-    assert sorted(p.name for p in (tmp_path / "rec").iterdir()) == ["episode_000_v0.mp4", "episode_001_v0.mp4"]
+    assert sorted(p.name for p in (tmp_path / "rec").iterdir()) == ["episode_000.mp4", "episode_001.mp4"]
 
 
 def test_ctrl_c_while_a_video_is_written_leaves_no_file(db, tmp_path, monkeypatch, capsys):

@@ -23,6 +23,7 @@ from .evaluation import evaluate
 from .experiment import load_experiment
 from .launcher import run_fleet, spawn_local
 from .monitor import info_text, plot
+from .ops import export
 from .player import play
 from .trainer import train
 from .workers import stop_workers
@@ -61,9 +62,27 @@ def mode_run(args):
 
 
 def mode_eval(args):
-    """Play N full episodes with the latest params and print each return and mean ± std."""
-    db = _db(args, retry_for=30, create=False)
-    evaluate(_exp(args, db), db, args.episodes, None if args.no_record else args.record, args.seed)
+    """Play N full episodes with the latest params (or a file's) and print each return and mean ± std."""
+    record = None if args.no_record else args.record
+    if args.params:  # no database: the file holds the params and the options
+        exp, meta, _ = export.load(args.params, args.experiment, dict(args.options))
+        evaluate(exp, None, args.episodes, record, args.seed, version=int(meta["version"]))
+    else:
+        db = _db(args, retry_for=30, create=False)
+        evaluate(_exp(args, db), db, args.episodes, record, args.seed)
+
+
+def mode_export(args):
+    """Write the latest params, with the run's options, to a safetensors file (loads without tinyverse)."""
+    path = args.output or f"{Path(args.experiment).stem}.safetensors"
+    version = export.export(_db(args, retry_for=30, create=False), args.experiment, path)
+    print(f"wrote {path}: params version {version} of prefix {args.prefix}")
+
+
+def mode_import(args):
+    """Seed the namespace with the params and options of a file written by export (a warm start, or a move)."""
+    version = export.import_into(_db(args, retry_for=30), args.file, args.experiment, dict(args.options))
+    print(f"imported {args.file} into prefix {args.prefix} of {masked(args.db)}: params version {version}")
 
 
 def mode_clear(args):
@@ -103,8 +122,8 @@ def mode_plot(args):
 
 
 MODES = {"play": mode_play, "train": mode_train, "run": mode_run, "eval": mode_eval}
-MODES |= {"clear": mode_clear, "info": mode_info, "plot": mode_plot}
-NEEDS_EXPERIMENT = {"play", "train", "run", "eval"}
+MODES |= {"clear": mode_clear, "info": mode_info, "plot": mode_plot, "export": mode_export, "import": mode_import}
+NEEDS_EXPERIMENT = {"play", "train", "run", "eval", "export", "import"}
 
 
 def _db(args, retry_for=None, create=True):
@@ -210,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     p["eval"].add_argument("--record", default="records", help="directory for mp4 videos (default ./records)")
     p["eval"].add_argument("--no-record", action="store_true", help="no video")
     p["eval"].add_argument("--seed", type=int, help="seed of the first episode")
+    p["eval"].add_argument("--params", metavar="FILE", help="play the params of this file (from export), no database")
+    p["export"].add_argument("-o", "--output", help="file to write (default EXPERIMENT.safetensors)")
+    p["import"].add_argument("file", help="a .safetensors file written by export")
     p["info"].add_argument("--watch", nargs="?", type=float, const=2.0, help="refresh every N seconds (default 2)")
     p["info"].add_argument("--last", type=one, default=100, help="episodes in the returns summary")
     p["plot"].add_argument("-o", "--output", default="curve.png", help="PNG file to write (default curve.png)")

@@ -33,16 +33,23 @@ def write_video(path: Path, frames: list[np.ndarray], fps: int = 30) -> bool:
 
 
 def evaluate(
-    exp: Experiment, db: Database, episodes: int = 10, record: str | None = None, seed: int | None = None
+    exp: Experiment,
+    db: Database | None,
+    episodes: int = 10,
+    record: str | None = None,
+    seed: int | None = None,
+    version: int | None = None,
 ) -> list[float]:
-    """Play ``episodes`` full episodes greedily; write an mp4 each into ``record``.
+    """Play ``episodes`` full episodes greedily with the latest params of ``db``; write an mp4 each into ``record``.
 
-    Interrupted (Ctrl-C), it still prints the summary of the finished episodes
-    and leaves no partial video behind.
+    With ``db`` None, the params ``exp`` holds are played (``version``: theirs, or
+    None for a random init). Interrupted (Ctrl-C), it still prints the summary of
+    the finished episodes and leaves no partial video behind.
     """
-    version = sync_params(exp, db, None)
+    if db is not None:
+        version = sync_params(exp, db, None)
     if version is None:
-        log.warning("no params in the database: evaluating a random init")
+        log.warning("no params stored: evaluating the experiment's random init")
     env = exp.make_env(render_mode="rgb_array" if record else None)
     if record and getattr(env, "render_mode", None) != "rgb_array":
         log.warning("this environment does not render rgb_array frames: no video")
@@ -58,7 +65,8 @@ def evaluate(
         env.close()
         if returns:
             mean, std, n = np.mean(returns), np.std(returns), len(returns)
-            print(f"mean return {mean:.1f} ± {std:.1f} over {n} episodes (params v{version})", flush=True)
+            held = "random init: no params" if version is None else f"params v{version}"
+            print(f"mean return {mean:.1f} ± {std:.1f} over {n} episodes ({held})", flush=True)
     return returns
 
 
@@ -76,7 +84,7 @@ def _play(exp, env, episodes, record, seed, version, fps, returns) -> None:
             if record:
                 frames.append(env.render())
         returns.append(total)
-        video = ""
-        if record and write_video(Path(record) / f"episode_{ep:03d}_v{version or 0}.mp4", frames, fps):
-            video = f"  video {Path(record) / f'episode_{ep:03d}_v{version or 0}.mp4'}"
+        video, path = "", Path(record or ".") / f"episode_{ep:03d}{'' if version is None else f'_v{version}'}.mp4"
+        if record and write_video(path, frames, fps):
+            video = f"  video {path}"
         print(f"episode {ep + 1}/{episodes}: return {total:.1f}{video}", flush=True)

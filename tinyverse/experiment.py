@@ -185,6 +185,7 @@ def load_experiment(path: str, db=None, options: dict[str, str] | None = None) -
         raise ExperimentError(
             f"make_experiment in {path} returned {type(exp).__name__}, not a tinyverse.Experiment subclass"
         )
+    exp.options = None if args is None else dataclasses.asdict(args)  # as resolved: what export writes
     return exp
 
 

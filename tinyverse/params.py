@@ -20,8 +20,11 @@ from .experiment import Arrays, Experiment
 log = logging.getLogger(__name__)
 
 
-def check_params(expected: Arrays, got: Arrays, where: str) -> None:
-    """Raise ParamsMismatch naming every array whose name, shape or dtype differs."""
+FIX = "use another --prefix, or delete them with: python -m tinyverse EXP clear --del-weights"
+
+
+def check_params(expected: Arrays, got: Arrays, where: str, fix: str = FIX) -> None:
+    """Raise ParamsMismatch naming every array whose name, shape or dtype differs, and ``fix``."""
     problems = [f"missing {k}" for k in expected.keys() - got.keys()]
     problems += [f"unexpected {k}" for k in got.keys() - expected.keys()]
     for k in expected.keys() & got.keys():
@@ -29,10 +32,7 @@ def check_params(expected: Arrays, got: Arrays, where: str) -> None:
         if a.shape != b.shape or a.dtype != b.dtype:
             problems.append(f"{k}: stored {b.dtype}{list(b.shape)}, model wants {a.dtype}{list(a.shape)}")
     if problems:
-        raise ParamsMismatch(
-            f"params in {where} do not fit this experiment ({'; '.join(sorted(problems))}); "
-            "use another --prefix, or delete them with: python -m tinyverse EXP clear --del-weights"
-        )
+        raise ParamsMismatch(f"params in {where} do not fit this experiment ({'; '.join(sorted(problems))}); {fix}")
 
 
 def _load(exp: Experiment, db: Database) -> int | None:
