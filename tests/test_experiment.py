@@ -73,12 +73,18 @@ def test_files_with_the_same_name_in_two_folders_stay_apart(tmp_path):
     assert load_experiment(str(a)).session_length == 7
 
 
-def test_the_loader_does_not_touch_sys_path(tmp_path):
+def test_the_loader_puts_the_experiments_folder_on_sys_path_once(tmp_path):
+    (tmp_path / "neighbour_tv.py").write_text("VALUE = 7\n")
+    path = write(tmp_path, "from neighbour_tv import VALUE\n" + GOOD)
     before = list(sys.path)
-    load_experiment(str(write(tmp_path, GOOD)))
-    with pytest.raises(ExperimentError):
-        load_experiment(str(write(tmp_path, "import no_such_module_tv", "bad.py")))
-    assert sys.path == before
+    try:
+        load_experiment(str(path))
+        load_experiment(str(path))  # twice: still one entry
+        assert sys.modules["neighbour_tv"].VALUE == 7
+        assert [p for p in sys.path if p not in before] == [str(tmp_path.resolve())]
+    finally:
+        sys.path[:] = before
+        sys.modules.pop("neighbour_tv", None)
 
 
 def test_missing_file(tmp_path):
