@@ -1,8 +1,10 @@
-"""Shared fixtures: every backend, the shared Redis, and private redis-servers to kill."""
+"""Shared fixtures and helpers: every backend, a redis-server of the suite's own, private redis-servers to kill,
+one polling helper, one process helper. The suite touches only data it made and leaves nothing behind."""
 
 import importlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -16,14 +18,19 @@ import redis
 from tinyverse.database import connect
 
 ROOT = Path(__file__).resolve().parent.parent
-REDIS_URL = os.environ.get("TINYVERSE_TEST_REDIS", "redis://127.0.0.1:6379/15")
 IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false", "no")  # CI=true, CI=1, CI=yes ...
+REDIS_PASSWORD = "secret"  # the password of the locked_redis server
+NAMESPACES = "tinyverse:namespaces"  # the Redis set that lists the prefixes holding data
+# every process the suite starts inherits this: .ci/leftovers finds the suite's processes by it
+os.environ["TV_TEST_SUITE"] = str(ROOT)
+
+_skipped_redis: list[str] = []  # why the Redis half was skipped (one summary line at the end)
 
 
 def _missing(reason: str):
-    """Skip on a developer machine, fail in CI: CI must run the Redis tests."""
+    """Skip on a developer machine, fail in CI: CI must run every test."""
     if IN_CI:
-        pytest.fail(f"{reason} (CI=true: the Redis tests must run)")
+        pytest.fail(f"{reason} (CI=true: this test must run)")
     pytest.skip(reason)
 
 
@@ -35,13 +42,192 @@ def optional(module: str):
     return pytest.importorskip(module, reason=f"{module} is not installed (pip install -e '.[test]')")
 
 
+# -- polling and processes ---------------------------------------------------------------------------------------------
+def wait_for(condition, timeout: float = 60.0, message="condition", interval: float = 0.05):
+    """The first truthy value of ``condition()``, polled every ``interval`` s; fail after ``timeout`` seconds,
+    saying ``message`` (or what ``message()`` returns then)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            what = message() if callable(message) else message
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
+
+
+def sets(**options) -> list[str]:
+    """``--set name=value`` for each option."""
+    return [a for k, v in options.items() for a in ("--set", f"{k}={v}")]
+
+
+def cli_env(**extra) -> dict:
+    """The environment of the CLI under test: the caller's, without its ``TINYVERSE_*`` variables."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TINYVERSE_")}
+    return {**env, "SDL_VIDEODRIVER": "dummy", "SDL_AUDIODRIVER": "dummy", **{k: str(v) for k, v in extra.items()}}
+
+
+def run_cli(*args, cwd=None, timeout=120, env=None, check=True) -> subprocess.CompletedProcess:
+    """Run ``python -m tinyverse ARGS`` as a real subprocess, in ``cli_env(**env)``."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "tinyverse", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=cli_env(**(env or {})),
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"tinyverse {' '.join(map(str, args))} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+class Proc:
+    """A long-running ``python -m tinyverse ARGS`` with its output in files, readable while it runs."""
+
+    def __init__(self, args, cwd: Path, env: dict | None = None, name: str = "proc"):
+        self.name, self.out, self.err = name, Path(cwd) / f"{name}.out", Path(cwd) / f"{name}.err"
+        with open(self.out, "w") as out, open(self.err, "w") as err:
+            cmd = [sys.executable, "-m", "tinyverse", *map(str, args)]
+            self.p = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err, env=env or cli_env())
+        self.pid = self.p.pid
+
+    def stderr(self) -> str:
+        return self.err.read_text()
+
+    def stdout(self) -> str:
+        return self.out.read_text()
+
+    def alive(self) -> bool:
+        return self.p.poll() is None
+
+    def stop(self, timeout: float = 30.0, sig=signal.SIGTERM) -> int:
+        """Send ``sig``; its exit code (AssertionError if it does not exit within ``timeout`` seconds)."""
+        if self.alive():
+            self.p.send_signal(sig)
+        try:
+            return self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"{self.name} still running {timeout:g} s after {sig!r}:\n{self.stderr()}") from None
+
+    def kill(self) -> None:
+        if self.alive():
+            self.p.kill()
+        self.p.wait()
+
+
+_started: list[Proc] = []  # what spawn() started for the running test: killed before its fixtures tear down
+
+
+def spawn(*args, cwd: Path, env: dict | None = None, name: str | None = None) -> Proc:
+    """Start a CLI worker that dies when the test ends, before any fixture cleans up after it."""
+    proc = Proc(args, cwd, env, name or f"{args[1] if len(args) > 1 else 'proc'}-{len(_started)}")
+    _started.append(proc)
+    return proc
+
+
+def kill_started() -> None:
+    while _started:
+        _started.pop().kill()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    kill_started()  # the test's workers die first: then nothing writes again behind the fixtures' cleanup
+    return (yield)
+
+
+# -- Redis -------------------------------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """A private redis-server on a free port (no persistence, in ``tmp_path``), to stop and restart by PID."""
+
+    def __init__(self, tmp_path: Path, password: str | None = None):
+        self.port, self.dir, self.proc, self.password = free_port(), tmp_path, None, password
+        auth = f":{password}@" if password else ""
+        self.url = f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    def start(self):
+        cmd = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        cmd += ["--dir", str(self.dir), *(["--requirepass", self.password] if self.password else [])]
+        self.proc = subprocess.Popen(cmd, cwd=self.dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis(port=self.port, password=self.password, socket_connect_timeout=0.5)
+        try:
+            wait_for(lambda: self._pings(client), 10, f"redis-server on port {self.port} to start")
+        finally:
+            client.close()
+        return self
+
+    def _pings(self, client) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"redis-server on port {self.port} exited with {self.proc.returncode}")
+        try:
+            return client.ping()
+        except redis.ConnectionError:
+            return False
+
+    def stop(self):
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+_redis: dict = {}  # the URL the suite's Redis tests use, and a client to clean up with
+
+
 @pytest.fixture(scope="session")
-def redis_url() -> str:
+def redis_url(tmp_path_factory) -> str:
+    """The suite's own redis-server on a free port, or the server ``$TINYVERSE_TEST_REDIS`` names."""
+    if _skipped_redis:
+        _missing(_skipped_redis[0])
+    given = os.environ.get("TINYVERSE_TEST_REDIS")
+    server = None
+    if given:
+        url = given
+    elif shutil.which("redis-server"):
+        server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+        url = server.url
+    else:
+        _skipped_redis.append("no redis-server: apt-get install redis-server, or set TINYVERSE_TEST_REDIS=redis://...")
+        _missing(_skipped_redis[0])
+    client = redis.Redis.from_url(url, socket_connect_timeout=2)
     try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
+        client.ping()
     except redis.RedisError as e:
-        _missing(f"Redis not reachable at {REDIS_URL} ({e}): start redis-server")
-    return REDIS_URL
+        _skipped_redis.append(f"Redis not reachable at $TINYVERSE_TEST_REDIS={url} ({e}): start it or unset it")
+        _missing(_skipped_redis[0])
+    _redis.update(url=url, client=client)
+    yield url
+    for name in _redis.pop("prefixes", set()):  # what a test left despite its own cleanup
+        purge(name)
+    _redis.clear()
+    client.close()
+    if server is not None:
+        server.stop()
+
+
+def purge(name: str) -> None:
+    """Remove every key of the prefix ``name`` from the suite's Redis, and the prefix from its list."""
+    client = _redis.get("client")
+    if client is None:
+        return
+    keys = list(client.scan_iter(match=f"{name}:*", count=1000))
+    if keys:
+        client.unlink(*keys)
+    client.srem(NAMESPACES, name)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _skipped_redis and not IN_CI:
+        terminalreporter.write_line(f"tinyverse: the Redis tests were skipped: {_skipped_redis[0]}")
 
 
 @pytest.fixture(params=["sqlite", "redis"])
@@ -52,62 +238,28 @@ def db_url(request, tmp_path) -> str:
     return request.getfixturevalue("redis_url")
 
 
+def new_prefix() -> str:
+    """A namespace no other test uses; its Redis keys go at the end of the session at the latest."""
+    name = f"test-{uuid.uuid4().hex[:10]}"
+    _redis.setdefault("prefixes", set()).add(name)
+    return name
+
+
 @pytest.fixture
 def prefix() -> str:
-    """A namespace of its own for each test, so tests never see each other's data."""
-    return f"test-{uuid.uuid4().hex[:10]}"
+    """A namespace of its own for each test; after the test's workers are dead, every key of it goes."""
+    name = new_prefix()
+    yield name
+    kill_started()
+    purge(name)
+    _redis.get("prefixes", set()).discard(name)
 
 
 @pytest.fixture
 def db(db_url, prefix):
     database = connect(db_url, prefix, retry_for=5)
     yield database
-    database.clear(sessions=True, params=True, workers=True, metrics=True)
-    database.close()
-
-
-def wait_for(condition, timeout=60.0, what="condition"):
-    """The first truthy value of ``condition()``, polled every 0.1 s; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class RedisServer:
-    """A private redis-server on a free port, to stop and restart by PID."""
-
-    def __init__(self, tmp_path: Path):
-        self.port, self.dir, self.proc = free_port(), tmp_path, None
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self):
-        cmd = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-        self.proc = subprocess.Popen(cmd, cwd=self.dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                client.ping()
-                return self
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        raise RuntimeError(f"redis-server on port {self.port} did not start")
-
-    def stop(self):
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
+    database.close()  # the prefix fixture, torn down after this one, removes the data
 
 
 @pytest.fixture
@@ -119,16 +271,11 @@ def redis_server(tmp_path):
     server.stop()
 
 
-def run_cli(*args, cwd=None, timeout=120, env=None, check=True) -> subprocess.CompletedProcess:
-    """Run ``python -m tinyverse ARGS`` as a real subprocess."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "tinyverse", *map(str, args)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "SDL_VIDEODRIVER": "dummy", "SDL_AUDIODRIVER": "dummy", **(env or {})},
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"tinyverse {' '.join(map(str, args))} failed:\n{proc.stdout}\n{proc.stderr}")
-    return proc
+@pytest.fixture
+def locked_redis(tmp_path):
+    """A private redis-server that wants ``REDIS_PASSWORD`` (never the suite's shared one)."""
+    if shutil.which("redis-server") is None:
+        _missing("redis-server is not installed: apt-get install redis-server")
+    server = RedisServer(tmp_path, password=REDIS_PASSWORD).start()
+    yield server
+    server.stop()

@@ -1,21 +1,17 @@
 """The runner end to end: real ``python -m tinyverse`` subprocesses on real databases."""
 
-import os
 import re
-import shutil
 import signal
 import socket
 import sqlite3
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import numpy as np
 import pytest
-import redis
-from conftest import free_port, run_cli
+from conftest import REDIS_PASSWORD, Proc, cli_env, free_port, run_cli, sets, spawn, wait_for
 
 from tinyverse.database import connect
 from tinyverse.encoding import decode
@@ -23,41 +19,6 @@ from tinyverse.encoding import decode
 EXP = Path(__file__).resolve().parent / "fake_experiment.py"
 PREFIX = EXP.stem  # the default prefix: the experiment's name
 SESSION_KEYS = {"observations", "final_observations", "actions", "rewards", "terminated", "truncated"}
-
-
-def cli_env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "TINYVERSE_DB"}
-    return {**env, "SDL_VIDEODRIVER": "dummy", "SDL_AUDIODRIVER": "dummy", **extra}
-
-
-def sets(**options) -> list[str]:
-    """``--set name=value`` for each option of the fake experiment."""
-    return [a for k, v in options.items() for a in ("--set", f"{k}={v}")]
-
-
-class Proc:
-    """A long-running ``python -m tinyverse`` with its output in files, readable while it runs."""
-
-    def __init__(self, args, cwd: Path, env: dict, name: str):
-        self.name, self.out, self.err = name, cwd / f"{name}.out", cwd / f"{name}.err"
-        with open(self.out, "w") as out, open(self.err, "w") as err:
-            cmd = [sys.executable, "-m", "tinyverse", *map(str, args)]
-            self.p = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err, env=env)
-        self.pid = self.p.pid
-
-    def stderr(self) -> str:
-        return self.err.read_text()
-
-    def stdout(self) -> str:
-        return self.out.read_text()
-
-    def alive(self) -> bool:
-        return self.p.poll() is None
-
-    def stop(self, sig=signal.SIGKILL) -> int:
-        if self.alive():
-            self.p.send_signal(sig)
-        return self.p.wait(timeout=30)
 
 
 class Fleet:
@@ -68,19 +29,19 @@ class Fleet:
 
     def start(self, *args, **options) -> Proc:
         args = (*args, *sets(**options))
-        proc = Proc(args, self.cwd, cli_env(), f"{args[1] if len(args) > 1 else 'p'}-{len(self.procs)}")
+        proc = spawn(*args, cwd=self.cwd, name=f"{args[1] if len(args) > 1 else 'p'}-{len(self.procs)}")
         self.procs.append(proc)
         return proc
 
     def wait(self, condition, what: str, timeout: float = 60.0, alive: tuple[Proc, ...] = ()):
         """Poll ``condition`` until true; fail early if a process in ``alive`` exits."""
-        deadline = time.monotonic() + timeout
-        while not condition():
+
+        def ready():
             dead = [p for p in alive if not p.alive()]
-            if dead or time.monotonic() > deadline:
-                why = f"{dead[0].name} exited with {dead[0].p.returncode}" if dead else "timed out"
-                raise AssertionError(f"{why} waiting for {what}\n{self.logs()}")
-            time.sleep(0.05)
+            assert not dead, f"{dead[0].name} exited with {dead[0].p.returncode} waiting for {what}\n{self.logs()}"
+            return condition()
+
+        wait_for(ready, timeout, lambda: f"{what}\n{self.logs()}")
 
     def exit(self, proc: Proc, timeout: float = 60.0) -> int:
         try:
@@ -93,9 +54,7 @@ class Fleet:
 
     def close(self):
         for p in self.procs:
-            if p.alive():
-                p.p.kill()
-            p.p.wait()
+            p.kill()
 
 
 @pytest.fixture
@@ -107,7 +66,7 @@ def fleet(tmp_path):
 
 def cli(*args, cwd, check=True, timeout=120, env=None, **options) -> subprocess.CompletedProcess:
     """``python -m tinyverse ARGS`` with ``--set name=value`` for each of ``options``."""
-    return run_cli(*args, *sets(**options), cwd=cwd, check=check, timeout=timeout, env=cli_env(**(env or {})))
+    return run_cli(*args, *sets(**options), cwd=cwd, check=check, timeout=timeout, env=env)
 
 
 def one_error_line(proc: subprocess.CompletedProcess | str) -> str:
@@ -149,9 +108,7 @@ def unreachable(tmp_path_factory):
     }
     yield procs, port
     for proc in procs.values():
-        if proc.alive():
-            proc.p.kill()
-        proc.p.wait()
+        proc.kill()
 
 
 # -- help --------------------------------------------------------------------------------------------------------------
@@ -194,30 +151,27 @@ def test_play_and_train_together_then_eval(backend, tmp_path, fleet, request):
     if backend == "sqlite":  # the default database: ./tinyverse.db
         where, db = [], sqlite_db(tmp_path)
     else:
-        url, prefix = request.getfixturevalue("redis_url"), f"test-{uuid.uuid4().hex[:10]}"
+        url, prefix = request.getfixturevalue("redis_url"), request.getfixturevalue("prefix")
         where, db = ["--db", url, "--prefix", prefix], connect(url, prefix, retry_for=10)
-    try:
-        knobs = dict(session_length=8, max_steps=50)
-        trainer = fleet.start(EXP, "train", "-b", 4, "-n", 30, "-s", 10, *where, **knobs)
-        player = fleet.start(EXP, "play", "-b", 2, "-n", 25, *where, **knobs)
-        assert fleet.exit(player) == 0, fleet.logs()
-        assert fleet.exit(trainer) == 0, fleet.logs()
-        assert db.count_sessions() == (50, 50)
-        version, params = db.load_params()
-        assert params["updates"][0] == 30, "30 updates, all published"
-        assert version == 4, "the first init, then 3 publishes"
-        assert db.metrics("episodes"), "players report episode returns"
-        assert db.metrics("train"), "trainers report metrics"
-        assert db.workers() == [], "workers that exit leave the list"
+    knobs = dict(session_length=8, max_steps=50)
+    trainer = fleet.start(EXP, "train", "-b", 4, "-n", 30, "-s", 10, *where, **knobs)
+    player = fleet.start(EXP, "play", "-b", 2, "-n", 25, *where, **knobs)
+    assert fleet.exit(player) == 0, fleet.logs()
+    assert fleet.exit(trainer) == 0, fleet.logs()
+    assert db.count_sessions() == (50, 50)
+    version, params = db.load_params()
+    assert params["updates"][0] == 30, "30 updates, all published"
+    assert version == 4, "the first init, then 3 publishes"
+    assert db.metrics("episodes"), "players report episode returns"
+    assert db.metrics("train"), "trainers report metrics"
+    assert db.workers() == [], "workers that exit leave the list"
 
-        ev = cli(EXP, "eval", "-n", 2, "--no-record", *where, cwd=tmp_path, **knobs)
-        returns = [float(r) for r in re.findall(r"^episode \d/2: return (\S+)$", ev.stdout, re.M)]
-        assert len(returns) == 2, ev.stdout
-        mean = f"mean return {np.mean(returns):.1f} ± {np.std(returns):.1f} over 2 episodes (params v{version})"
-        assert mean in ev.stdout
-        assert not list(tmp_path.glob("records/*")), "--no-record writes no video"
-    finally:
-        db.clear(sessions=True, params=True, workers=True, metrics=True)
+    ev = cli(EXP, "eval", "-n", 2, "--no-record", *where, cwd=tmp_path, **knobs)
+    returns = [float(r) for r in re.findall(r"^episode \d/2: return (\S+)$", ev.stdout, re.M)]
+    assert len(returns) == 2, ev.stdout
+    mean = f"mean return {np.mean(returns):.1f} ± {np.std(returns):.1f} over 2 episodes (params v{version})"
+    assert mean in ev.stdout
+    assert not list(tmp_path.glob("records/*")), "--no-record writes no video"
 
 
 def test_eval_records_a_video_of_each_episode(tmp_path):
@@ -249,7 +203,7 @@ def test_player_killed_with_sigkill_restarts_and_continues(tmp_path, fleet):
     first = fleet.start(EXP, "play", "-b", 2)
     fleet.wait(lambda: db.count_sessions()[0] >= 20, "sessions", alive=(first,))
     params_before = db.load_params()
-    first.stop(signal.SIGKILL)
+    first.stop(sig=signal.SIGKILL)
     assert "random init" in first.stderr() or "no params" in first.stderr()
 
     stored = check_sqlite_file(tmp_path / "tinyverse.db")
@@ -261,7 +215,7 @@ def test_player_killed_with_sigkill_restarts_and_continues(tmp_path, fleet):
 
     second = fleet.start(EXP, "play", "-b", 2)
     fleet.wait(lambda: db.count_sessions()[0] >= stored + 20, "sessions after the restart", alive=(second,))
-    assert second.stop(signal.SIGTERM) == 0, second.stderr()
+    assert second.stop(sig=signal.SIGTERM) == 0, second.stderr()
     assert "no params" not in second.stderr(), "a restarted player must not re-seed params"
     assert db.params_version() == 1, "players never overwrite params"
     check_sqlite_file(tmp_path / "tinyverse.db")
@@ -277,7 +231,7 @@ def test_trainer_killed_with_sigkill_resumes_from_published_params(tmp_path, fle
     trainer = fleet.start(EXP, "train", "-b", 4, "-s", 5, **knobs)
     fleet.wait(lambda: (db.params_version() or 0) >= 4, "three publishes", alive=(player, trainer))
     before = db.params_version()
-    trainer.stop(signal.SIGKILL)  # mid-run: during a step, a sample or a save
+    trainer.stop(sig=signal.SIGKILL)  # mid-run: during a step, a sample or a save
 
     check_sqlite_file(tmp_path / "tinyverse.db")
     version, params = db.load_params()
@@ -292,7 +246,7 @@ def test_trainer_killed_with_sigkill_resumes_from_published_params(tmp_path, fle
     now, params = db.load_params()
     assert params["updates"][0] == 5 * (now - 1), "the restarted trainer did not resume from the stored params"
     np.testing.assert_array_equal(params["w"], init["w"])  # never replaced by a new random init
-    again.stop(signal.SIGKILL)
+    again.stop(sig=signal.SIGKILL)
     assert player.alive(), fleet.logs()
     check_sqlite_file(tmp_path / "tinyverse.db")
 
@@ -306,7 +260,7 @@ def test_sigterm_makes_the_trainer_publish_and_exit_0(tmp_path, fleet):
     trainer = fleet.start(EXP, "train", "-b", 2, "-s", 100000)  # adopts the options of the run
     fleet.wait(lambda: progress.exists() and int(progress.read_text() or 0) >= 3, "updates", alive=(trainer,))
     assert db.params_version() == start, "nothing published before -s updates"
-    assert trainer.stop(signal.SIGTERM) == 0, trainer.stderr()
+    assert trainer.stop(sig=signal.SIGTERM) == 0, trainer.stderr()
     assert "SIGTERM" in trainer.stderr()
     version, params = db.load_params()
     assert version == start + 1, "a warm shutdown publishes once"
@@ -428,7 +382,7 @@ def test_player_waits_for_a_restarted_redis_and_goes_on(redis_server, fleet):
     redis_server.start()  # an empty server on the same port: its data went with the old one
     fleet.wait(lambda: db.count_sessions()[0] >= 4, "sessions after the restart", alive=(player,))
     fleet.wait(lambda: "is back" in player.stderr(), "the player to say the database is back", alive=(player,))
-    assert player.stop(signal.SIGTERM) == 0, player.stderr()
+    assert player.stop(sig=signal.SIGTERM) == 0, player.stderr()
     assert "Traceback" not in player.stderr()
 
 
@@ -479,7 +433,7 @@ def test_a_starved_trainer_still_stops_on_sigterm(tmp_path, fleet):
     db.add_sessions([{"x": np.zeros(3)}] * 8, capacity=100)
     trainer = fleet.start(exp, "train", "-b", "4", "--device", "cuda:3")
     fleet.wait(lambda: db.workers(), "the trainer's heartbeat", alive=(trainer,))
-    assert trainer.stop(signal.SIGTERM) == 0
+    assert trainer.stop(sig=signal.SIGTERM) == 0
     assert "device cuda:3" in trainer.stdout()  # --device reaches the experiment
 
 
@@ -625,48 +579,24 @@ def test_workers_of_another_session_layout_are_refused(tmp_path):
 
 
 # -- which database ----------------------------------------------------------------------------------------------------
-PASSWORD = "right-pw"
-
-
-@pytest.fixture
-def locked_redis(tmp_path):
-    """A private redis-server that wants a password; its port."""
-    if shutil.which("redis-server") is None:
-        pytest.fail("redis-server is not installed: apt-get install redis-server")
-    port = free_port()
-    cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-    server = subprocess.Popen(
-        [*cmd, "--requirepass", PASSWORD], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    client = redis.Redis(port=port, password=PASSWORD, socket_connect_timeout=0.5)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            assert time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.05)
-    yield port
-    server.kill()
-    server.wait()
+PASSWORD = REDIS_PASSWORD
 
 
 def test_a_wrong_password_is_refused_at_once_and_never_printed(tmp_path, locked_redis):
     for mode in (["info"], [EXP, "play"]):
-        proc = cli(*mode, "--password", "sekret", "--port", locked_redis, cwd=tmp_path, check=False, timeout=20)
+        proc = cli(*mode, "--password", "sekret", "--port", locked_redis.port, cwd=tmp_path, check=False, timeout=20)
         assert proc.returncode == 1
         line = one_error_line(proc)
-        assert "refused the password" in line and f":{locked_redis}" in line
+        assert "refused the password" in line and f":{locked_redis.port}" in line
         assert "sekret" not in proc.stderr + proc.stdout
 
 
 def test_host_port_password_and_key_prefix_select_the_server_and_namespace(tmp_path, locked_redis):
-    where = ["--host", "127.0.0.1", "--port", locked_redis, "--password", PASSWORD]
+    where = ["--host", "127.0.0.1", "--port", locked_redis.port, "--password", PASSWORD]
     empty = cli("clear", "--all", *where, cwd=tmp_path)
-    assert empty.stdout.strip() == f"nothing to clear: no experiments in redis://:***@127.0.0.1:{locked_redis}/0"
+    assert empty.stdout.strip() == f"nothing to clear: no experiments in redis://:***@127.0.0.1:{locked_redis.port}/0"
     cli(EXP, "play", "-b", 2, "-n", 2, "--key-prefix", "ns1", *where, cwd=tmp_path)
-    db = connect(f"redis://:{PASSWORD}@127.0.0.1:{locked_redis}/0", "ns1")
+    db = connect(f"redis://:{PASSWORD}@127.0.0.1:{locked_redis.port}/0", "ns1")
     assert db.count_sessions() == (4, 4)
     assert "ns1" in db.namespaces() and connect(db.url.replace("***", PASSWORD), "tinyverse").count_sessions()[0] == 0
     info = cli("info", *where, cwd=tmp_path).stdout
