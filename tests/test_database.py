@@ -21,6 +21,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import redis
+from conftest import wait_for
 
 from tinyverse.database import base, connect, masked
 from tinyverse.database.sqlite import SQLiteDatabase
@@ -93,14 +94,6 @@ def params_of(v: int) -> dict:
         "steps": np.array(v, np.int64),
         "z": np.full((3, 3, 3), v, np.int32),
     }
-
-
-def wait_for(condition, what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 def is_sqlite(db) -> bool:
@@ -631,7 +624,7 @@ class TestStopRequests:
         monkeypatch.setattr(base, "STOP_TTL", 0.3)
         db.request_stop("gone")
         assert db.stop_requested("gone")
-        wait_for(lambda: not db.stop_requested("gone"), "the stop request to expire")
+        wait_for(lambda: not db.stop_requested("gone"), 20, "the stop request to expire")
 
 
 def raw_params(db, data: bytes) -> None:
@@ -737,7 +730,7 @@ class TestWorkers:
     def test_heartbeats_expire(self, db):
         db.heartbeat("short", {"id": "short"}, ttl=0.3)
         db.heartbeat("long", {"id": "long"}, ttl=120)
-        wait_for(lambda: [w["id"] for w in db.workers()] == ["long"], "the short heartbeat to expire")
+        wait_for(lambda: [w["id"] for w in db.workers()] == ["long"], 20, "the short heartbeat to expire")
         db.heartbeat("short", {"id": "short"}, ttl=120)  # a worker that comes back is listed again
         assert sorted(w["id"] for w in db.workers()) == ["long", "short"]
 
@@ -962,7 +955,7 @@ class TestConcurrency:
         sessions = start(WRITE_SESSIONS, db_url, db.prefix, 3, BIG, BIG)
         params = start(PUBLISH_PARAMS, db_url, db.prefix, tmp_path / "never")
         try:
-            wait_for(lambda: db.count_sessions()[1] >= 100 and (db.params_version() or 0) >= 10, "both writers")
+            wait_for(lambda: db.count_sessions()[1] >= 100 and (db.params_version() or 0) >= 10, 20, "both writers")
         finally:
             for p in (sessions, params):
                 p.kill()  # SIGKILL, mid-write as likely as not
@@ -1113,15 +1106,6 @@ def test_masked_urls():
     assert "secret" not in str(info.value) and "***" in str(info.value)
 
 
-@pytest.fixture
-def locked_redis(redis_server):
-    """The private server with a password (never the shared one)."""
-    admin = redis.Redis.from_url(redis_server.url)
-    admin.config_set("requirepass", "secret")
-    admin.close()
-    return redis_server
-
-
 def test_a_redis_password_never_shows(locked_redis, prefix, caplog):
     url = f"redis://:secret@127.0.0.1:{locked_redis.port}/0"
     db = connect(url, prefix, retry_for=1)
@@ -1181,7 +1165,7 @@ def test_redis_restart_is_waited_out(redis_server, prefix, caplog):
     with caplog.at_level(logging.WARNING, logger="tinyverse"):
         thread = threading.Thread(target=use, daemon=True)
         thread.start()
-        wait_for(lambda: "unreachable" in caplog.text, "the client to report the outage")
+        wait_for(lambda: "unreachable" in caplog.text, 20, "the client to report the outage")
         assert thread.is_alive(), "the client waits while the server is down"
         redis_server.start()
         thread.join(60)

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, run_cli
+from conftest import ROOT, cli_env, run_cli
 
 from tinyverse.database import connect
 
@@ -47,7 +47,9 @@ def test_player_waits_for_the_trainer_and_the_pace_holds(tmp_path):
     args = load("cartpole_dqn.py").Args()
     ratio, starts, slack, T = args.updates_per_step, args.learning_starts, args.pace_slack, 32
     cmd = [sys.executable, "-m", "tinyverse", str(exp)]
-    player = subprocess.Popen([*cmd, "play", "-n", "40", "--db", url], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    player = subprocess.Popen(
+        [*cmd, "play", "-n", "40", "--db", url], cwd=tmp_path, env=cli_env(), stderr=subprocess.PIPE, text=True
+    )
     trainer = None
     db = connect(url, "cartpole_dqn", retry_for=30)
     leads, deadline = [], time.monotonic() + 60
@@ -63,7 +65,7 @@ def test_player_waits_for_the_trainer_and_the_pace_holds(tmp_path):
             if trainer is None and played >= starts + slack:  # the player must be waiting by now: no trainer yet
                 time.sleep(0.5)
                 assert db.count_sessions()[1] * T == played <= starts + slack + T, "the player did not wait"
-                trainer = subprocess.Popen([*cmd, "train", "-n", "100", "--db", url], cwd=tmp_path)
+                trainer = subprocess.Popen([*cmd, "train", "-n", "100", "--db", url], cwd=tmp_path, env=cli_env())
             time.sleep(0.05)
         _, err = player.communicate(timeout=60)
         assert player.returncode == 0, err

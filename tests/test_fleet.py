@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, run_cli, wait_for
+from conftest import ROOT, Proc, cli_env, run_cli, sets, wait_for
+from conftest import spawn as start
 
 from tinyverse.database import connect
 from tinyverse.monitor import info_text
@@ -88,7 +89,7 @@ def test_run_restarts_a_crashing_worker_then_gives_up(tmp_path):
 
 def test_run_ctrl_c_stops_every_worker(tmp_path):
     url = f"sqlite:///{tmp_path / 'fleet.db'}"
-    env = {**os.environ, "SDL_VIDEODRIVER": "dummy"}
+    env = cli_env()
     progress = tmp_path / "progress"
     cmd = [sys.executable, "-m", "tinyverse", str(FAKE), "run", "--players", "2", "--set", f"progress={progress}"]
     cmd += ["--db", url]
@@ -117,7 +118,7 @@ def test_run_ctrl_c_stops_every_worker(tmp_path):
 
 def test_a_worker_asked_to_stop_through_the_database_stops(tmp_path, db_url, prefix):
     """What clear does for workers on other machines: they stop within a heartbeat period."""
-    env = {**os.environ, "SDL_VIDEODRIVER": "dummy"}
+    env = cli_env()
     cmd = [sys.executable, "-m", "tinyverse", str(FAKE), "play", "--db", db_url, "--prefix", prefix]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     db = connect(db_url, prefix, retry_for=5)
@@ -199,7 +200,7 @@ def test_info_text_of_an_empty_namespace(db):
 def test_deleting_data_under_live_workers_never_resets_params(tmp_path):
     """clear --del-*: players and trainers carry on; deleted params come back trained, not random."""
     url = f"sqlite:///{tmp_path / 'live.db'}"
-    env = {**os.environ, "SDL_VIDEODRIVER": "dummy"}
+    env = cli_env()
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "tinyverse", str(FAKE), mode, *extra, "--set", "train_sleep=0.005", "--db", url],
@@ -265,51 +266,10 @@ def test_clear_all_keeps_the_stop_requests_of_workers_on_other_machines(tmp_path
 
 
 # -- the pace, with real processes -------------------------------------------------------------------------------------
-class Spawned:
-    """``python -m tinyverse FAKE MODE ...`` with its stderr in a file, readable while it runs."""
-
-    def __init__(self, tmp_path: Path, name: str, *args):
-        self.err = tmp_path / f"{name}.err"
-        env = {**os.environ, "SDL_VIDEODRIVER": "dummy"}
-        env.pop("TINYVERSE_DB", None)
-        with open(self.err, "w") as err:
-            cmd = [sys.executable, "-m", "tinyverse", str(FAKE), *map(str, args)]
-            self.p = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err)
-
-    def stderr(self) -> str:
-        return self.err.read_text()
-
-    def alive(self) -> bool:
-        return self.p.poll() is None
-
-    def stop(self, timeout: float) -> int:
-        """SIGTERM, and its exit code (AssertionError if it does not exit within ``timeout`` seconds)."""
-        self.p.send_signal(signal.SIGTERM)
-        try:
-            return self.p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            raise AssertionError(f"still running {timeout}s after SIGTERM:\n{self.stderr()}") from None
-
-
 @pytest.fixture
 def spawn(tmp_path):
-    started = []
-
-    def start(*args) -> Spawned:
-        proc = Spawned(tmp_path, f"{args[0]}-{len(started)}", *args)
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        if proc.alive():
-            proc.p.kill()
-        proc.p.wait()
-
-
-def sets(**options) -> list[str]:
-    return [a for k, v in options.items() for a in ("--set", f"{k}={v}")]
+    """``python -m tinyverse FAKE MODE ...``: conftest's process helper, killed when the test ends."""
+    return lambda *args: start(FAKE, *args, cwd=tmp_path)
 
 
 def waiting(db, role: str, why: str) -> dict | None:
@@ -369,7 +329,7 @@ def test_play_and_train_keep_the_declared_pace(tmp_path, db_url, prefix, spawn, 
         db.clear(sessions=True, params=True, workers=True, metrics=True)
 
 
-def waiting_log(proc: Spawned) -> str:
+def waiting_log(proc: Proc) -> str:
     """The lines where ``proc`` said it waits."""
     return "\n".join(line for line in proc.stderr().splitlines() if " waiting " in line)
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import psutil
-from conftest import ROOT, wait_for
+from conftest import ROOT, cli_env, wait_for
 
 from tinyverse.database import connect
 
@@ -14,7 +14,7 @@ FAKE = ROOT / "tests" / "fake_experiment.py"
 
 
 def start_run(tmp_path, url, *extra):
-    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
+    env = cli_env(TMPDIR=tmp_path / "tmp")
     (tmp_path / "tmp").mkdir(exist_ok=True)
     cmd = [sys.executable, "-m", "tinyverse", str(FAKE), "run", "--eval-episodes", "0", "--db", url, *extra]
     return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import wait_for
 from fake_experiment import FakeExperiment
 
 from tinyverse.errors import ParamsMismatch, TinyverseError
@@ -39,21 +40,6 @@ class Spy:
     def add_sessions(self, sessions, capacity=100_000):
         self.batches.append([{k: v.copy() for k, v in s.items()} for s in sessions])
         self.db.add_sessions(sessions, capacity=capacity)
-
-
-def wait_until(condition, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
-def wait_until_value(get, what: str, timeout: float = 30.0):
-    """Poll ``get`` until it returns something truthy; return that."""
-    found = []
-    wait_until(lambda: found.append(get()) or found[-1], what, timeout)
-    return found[-1]
 
 
 def trainer_waiting(db, why: str) -> dict | None:
@@ -268,10 +254,10 @@ def test_trainer_waits_for_sessions_then_starts(db):
     thread.start()
     try:
         # registered, and saying in its heartbeat what it waits for
-        waiting = wait_until_value(lambda: trainer_waiting(db, "for sessions"), "the trainer to wait for sessions")
-        wait_until(lambda: db.params_version() is not None, "the trainer to store its initial params")
+        waiting = wait_for(lambda: trainer_waiting(db, "for sessions"), 30, "the trainer to wait for sessions")
+        wait_for(lambda: db.params_version() is not None, 30, "the trainer to store its initial params")
         # still waiting a heartbeat later: heartbeats go on while it waits
-        wait_until(lambda: (trainer_waiting(db, "for sessions") or {}).get("time", 0) > waiting["time"], "a beat")
+        wait_for(lambda: (trainer_waiting(db, "for sessions") or {}).get("time", 0) > waiting["time"], 30, "a beat")
         assert thread.is_alive() and "error" not in outcome, outcome
         assert db.count_sessions()[0] == 0
     finally:
@@ -366,7 +352,7 @@ def train_until_waiting(exp, db, why: str, **kwargs):
     """Train in a thread until the trainer waits ``why``, then ask it to stop through the database."""
     thread, outcome = in_thread(lambda: train(exp, db, **kwargs))
     try:
-        wait_until(lambda: trainer_waiting(db, why), f"the trainer to wait {why}")
+        wait_for(lambda: trainer_waiting(db, why), 30, f"the trainer to wait {why}")
     finally:
         for w in db.workers():
             db.request_stop(w["id"])
@@ -377,13 +363,13 @@ def test_a_waiting_player_follows_new_params_and_says_so(db):
     exp = FakeExperiment(db, updates_per_step=1, learning_starts=0, pace_slack=8)
     thread, outcome = in_thread(lambda: play(exp, db, batch_size=2))
     try:
-        first = wait_until_value(lambda: player_waiting(db), "the player to wait for the trainers")
+        first = wait_for(lambda: player_waiting(db), 30, "the player to wait for the trainers")
         trained = {"w": np.full((4, 2), 2.0, np.float32), "updates": np.array([1])}
         version = db.save_params(trained)
-        wait_until(lambda: exp.loads == 1, "the waiting player to load the new params")
+        wait_for(lambda: exp.loads == 1, 30, "the waiting player to load the new params")
         np.testing.assert_array_equal(exp.w, trained["w"])
         # its heartbeat says which params it acts with: info's lag is computed from it
-        wait_until(lambda: (player_waiting(db) or {}).get("time", 0) > first["time"], "a later heartbeat")
+        wait_for(lambda: (player_waiting(db) or {}).get("time", 0) > first["time"], 30, "a later heartbeat")
         assert player_waiting(db)["version"] == version
     finally:
         for w in db.workers():
@@ -396,9 +382,9 @@ def test_a_waiting_player_told_to_sync_every_few_rounds_keeps_its_params(db):
     exp = FakeExperiment(db, updates_per_step=1, learning_starts=0, pace_slack=8)
     thread, outcome = in_thread(lambda: play(exp, db, batch_size=2, sync_every=50))
     try:
-        wait_until_value(lambda: player_waiting(db), "the player to wait for the trainers")
+        wait_for(lambda: player_waiting(db), 30, "the player to wait for the trainers")
         db.save_params({"w": np.full((4, 2), 2.0, np.float32), "updates": np.array([1])})
-        wait_until(lambda: db.params_version() is not None, "the params to be stored")
+        wait_for(lambda: db.params_version() is not None, 30, "the params to be stored")
         time.sleep(0.5)  # 25 polls of the waiting loop
         assert exp.loads == 0 and not np.array_equal(exp.w, np.full((4, 2), 2.0))
     finally:

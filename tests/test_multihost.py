@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from conftest import IN_CI, ROOT
+from conftest import ROOT, _missing, wait_for
 
 FAKE = str(ROOT / "tests" / "fake_experiment.py")
 _spec = importlib.util.spec_from_file_location("netns", ROOT / "deploy" / "netns.py")
@@ -20,25 +20,21 @@ ENV = {"TINYVERSE_DB": netns.LAN_URL, "SDL_VIDEODRIVER": "dummy"}
 
 @pytest.fixture
 def hosts():
+    """Skipped with the reason on a developer machine that cannot build them; a failure in CI, which must."""
     if shutil.which("redis-server") is None:
-        pytest.fail("redis-server is not installed") if IN_CI else pytest.skip("redis-server is not installed")
+        _missing("redis-server is not installed: apt-get install redis-server")
+    if shutil.which("ip") is None:
+        _missing("the ip command is not installed (network namespaces): apt-get install iproute2")
     if os.geteuid() != 0:
-        pytest.skip("network namespaces need root (ip netns add): run the tests as root")
+        _missing("network namespaces need root (ip netns add): run the tests as root")
+    made = netns.Hosts()
     try:
-        made = netns.Hosts().build()
+        made.build()
     except subprocess.CalledProcessError as e:  # the kernel or the sandbox forbids namespaces
-        pytest.skip(f"cannot build network namespaces here: {(e.stderr or '').strip()}")
+        made.close()  # what was built before the refusal goes
+        _missing(f"cannot build network namespaces here: {(e.stderr or '').strip()}")
     yield made
     made.close()
-
-
-def wait(condition, what, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := condition():
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_a_fleet_across_three_hosts_trains_survives_a_redis_restart_and_stops_remotely(hosts, tmp_path):
@@ -56,7 +52,9 @@ def test_a_fleet_across_three_hosts_trains_survives_a_redis_restart_and_stops_re
         added, version = hosts.python("trainer", code).split()
         return int(added), int(version)
 
-    first = wait(lambda: (p := progress())[0] >= 40 and p[1] >= 3 and p, "training progress across hosts")
+    first = wait_for(
+        lambda: (p := progress())[0] >= 40 and p[1] >= 3 and p, 60, "training progress across hosts", interval=0.3
+    )
     info = hosts.run_in("trainer", *netns.tinyverse(FAKE, "info"), check=False, env=ENV).stdout
     hosts_seen = set(re.findall(r"^  (player|trainer)\s+(\S+) pid", info, re.M))
     assert hosts_seen == {("trainer", "trainer-host"), ("player", "player-host")}, info
@@ -67,7 +65,9 @@ def test_a_fleet_across_three_hosts_trains_survives_a_redis_restart_and_stops_re
     redis_server.wait()
     time.sleep(3)
     hosts.start("db", "db-host", netns.redis_argv(tmp_path), tmp_path / "redis.log")
-    wait(lambda: (p := progress())[0] > first[0] + 40 and p[1] > first[1], "progress after the restart", 90)
+    wait_for(
+        lambda: (p := progress())[0] > first[0] + 40 and p[1] > first[1], 90, "progress after the restart", interval=0.3
+    )
     assert all(p.poll() is None for p in [trainer, *players]), "a worker died with the restart"
 
     # from the trainer's host, clear --kill-players asks the players on the other host to stop

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import IN_CI, ROOT, free_port, run_cli, wait_for
+from conftest import IN_CI, ROOT, cli_env, free_port, run_cli, wait_for
 
 from tinyverse.database import connect
 
@@ -82,7 +82,9 @@ def test_run_on_a_ray_cluster_spreads_restarts_and_stops_warmly(ray_cluster, red
     exp = shutil.copy(FAKE, tmp_path / "exp")
     db_args = ["--db", redis_url, "--prefix", prefix]
     cmd = [sys.executable, "-m", "tinyverse", exp, "run", "--ray", ray_cluster.address, "--eval-episodes", "0"]
-    run = subprocess.Popen(cmd + db_args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(
+        cmd + db_args, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     db = connect(redis_url, prefix, retry_for=5)
 
     def fleet():

@@ -1,7 +1,6 @@
 """Redis on an open network: ACL users, TLS, and secrets that never show, against real redis-servers."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -9,7 +8,7 @@ import time
 
 import pytest
 import redis
-from conftest import ROOT, _missing, free_port, run_cli
+from conftest import ROOT, _missing, cli_env, free_port, run_cli
 
 from tinyverse.database import connect
 from tinyverse.errors import DatabaseError
@@ -136,7 +135,7 @@ def test_secrets_stay_out_of_heartbeats_logs_and_process_lists(acl_redis, tmp_pa
     log = open(tmp_path / "player.log", "w")
     player = subprocess.Popen(
         [sys.executable, "-m", "tinyverse", str(FAKE), "play", "-v"], cwd=tmp_path, stdout=log,
-        stderr=subprocess.STDOUT, env={**{k: v for k, v in os.environ.items() if k != "TINYVERSE_DB"}, **env_url},
+        stderr=subprocess.STDOUT, env=cli_env(**env_url),
     )  # fmt: skip
     try:
         db = connect(url, "fake_experiment", retry_for=5)
