@@ -8,8 +8,7 @@ import math
 import gymnasium as gym
 import numpy as np
 import pytest
-import torch
-from conftest import ROOT, run_cli
+from conftest import ROOT, optional, run_cli
 
 import tinyverse
 from tinyverse.database import connect
@@ -18,6 +17,7 @@ from tinyverse.player import play
 from tinyverse.trainer import train
 
 FILE = ROOT / "examples" / "continuous.py"
+torch = optional("torch")  # the example imports it too
 _spec = importlib.util.spec_from_file_location("continuous_example", FILE)
 cont = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cont)

@@ -6,18 +6,14 @@ import itertools
 
 import numpy as np
 import pytest
-from conftest import IN_CI, ROOT, run_cli
+from conftest import ROOT, optional, run_cli
 
 from tinyverse.database import connect
 from tinyverse.player import play
 from tinyverse.trainer import train
 from tinyverse.workers import Worker
 
-if importlib.util.find_spec("torch") is None:  # skip on a developer machine, fail in CI
-    _reason = "torch is not installed: pip install 'tinyverse[examples]'"
-    if IN_CI:
-        pytest.fail(f"{_reason} (CI=true: the DQN tests must run)", pytrace=False)
-    pytest.skip(_reason, allow_module_level=True)
+optional("torch")  # the example imports it: skip on a developer machine, fail in CI
 DQN_FILE = ROOT / "examples" / "dqn.py"
 _spec = importlib.util.spec_from_file_location("dqn_example", DQN_FILE)
 dqn = importlib.util.module_from_spec(_spec)

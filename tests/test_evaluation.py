@@ -1,10 +1,13 @@
 """eval: greedy episodes, mp4 videos that appear whole or not at all, Ctrl-C that keeps the summary."""
 
-import imageio.v2
 import pytest
+from conftest import optional
 from fake_experiment import FakeExperiment
 
 from tinyverse.evaluation import evaluate
+
+imageio = optional("imageio")
+optional("imageio.v2")
 
 
 class StopsAtEpisode(FakeExperiment):

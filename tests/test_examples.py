@@ -7,10 +7,11 @@ import time
 
 import numpy as np
 import pytest
-import torch
-from conftest import ROOT, cli_env, run_cli
+from conftest import ROOT, cli_env, optional, run_cli
 
 from tinyverse.database import connect
+
+torch = optional("torch")
 
 CARTPOLE = ["cartpole_dqn.py", "cartpole_numpy.py"]
 EXAMPLES = [*CARTPOLE, "dqn.py", "atari.py", "continuous.py"]

@@ -3,10 +3,11 @@
 import struct
 from pathlib import Path
 
-from conftest import ROOT, run_cli
-from tensorboardX.proto import event_pb2
+from conftest import ROOT, optional, run_cli
 
 from tinyverse.monitor import EventWriter
+
+event_pb2 = optional("tensorboardX.proto.event_pb2")
 
 FAKE = ROOT / "tests" / "fake_experiment.py"
 

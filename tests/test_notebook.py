@@ -5,10 +5,12 @@ import sys
 import time
 from pathlib import Path
 
-import nbformat
-from nbclient import NotebookClient
+from conftest import optional
 
 import tinyverse
+
+nbformat = optional("nbformat")
+NotebookClient = optional("nbclient").NotebookClient
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "workbench.ipynb"
 STRIP = (  # how to strip a notebook saved with its outputs
