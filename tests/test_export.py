@@ -3,7 +3,6 @@
 import ast
 import subprocess
 import sys
-import uuid
 
 import numpy as np
 import pytest
@@ -19,13 +18,9 @@ def returns(out: str) -> list[str]:
 
 
 @pytest.fixture
-def redis_prefix(redis_url):
-    """A fresh namespace in the test Redis, emptied afterwards."""
-    prefix = f"test-{uuid.uuid4().hex[:10]}"
-    yield prefix
-    db = connect(redis_url, prefix, retry_for=5)
-    db.clear(sessions=True, params=True, workers=True, metrics=True)
-    db.close()
+def redis_prefix(redis_url, prefix):
+    """A fresh namespace in the test Redis: the prefix fixture removes its keys afterwards."""
+    return prefix
 
 
 def test_export_import_eval_across_backends(tmp_path, redis_url, redis_prefix):
