@@ -49,27 +49,19 @@ others adopt them. The trainer's device is per process: ``--device`` /
 ``TINYVERSE_DEVICE`` = auto (CUDA when available) | cpu | cuda.
 """
 
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
-import ale_py
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
-from gymnasium.envs.box2d import car_racing
-from pygame import gfxdraw
+from actor_critic import declare_pace, loss, prepare, sample_recent, vtrace  # noqa: F401  (vtrace: tests, readers)
+from wrappers import ActionSubset, FrameMemory, NoopReset, Preprocess, window_indices
 
 import tinyverse
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the experiment is loaded by path: find its neighbour
-from actor_critic import declare_pace, loss, prepare, sample_recent, vtrace  # noqa: E402, F401  (vtrace: for the tests and readers)
-from wrappers import ActionSubset, FrameMemory, NoopReset, Preprocess, window_indices  # noqa: E402
-
 # torch's default thread count made a DQN run 4x slower with several processes on 2 cores
 torch.set_num_threads(1)
-gym.register_envs(ale_py)
 
 
 @dataclass
@@ -150,70 +142,13 @@ GAMES = {
 }
 
 
-class FastCarRacing(car_racing.CarRacing):
-    """Gymnasium's CarRacing with its road drawn from one NumPy transform a frame, and its action repeat inside.
-
-    The stock env moves each of ~700 grass and road polygons to the screen in
-    Python, every frame, to draw the few dozen in view (80 ms a frame on this
-    machine under load, 76% of it there). This draws the same polygons, in the
-    same order, colours and draw calls, after the same clip test, so its frames
-    are the stock env's (tested); the physics is untouched.
-
-    ``frame_skip`` repeats each action that many physics frames and draws only
-    the last one, the one the agent sees (drawing was 93% of a frame's time:
-    a repeat of 4 went from 13 to 3.7 ms an agent step here); rewards, ends and
-    frames are the stock env's under a repeat wrapper (tested).
-    """
-
-    def __init__(self, frame_skip: int = 1, **kwargs):
-        super().__init__(**kwargs)
-        assert frame_skip >= 1, "frame_skip must be at least 1"
-        self.frame_skip, self._drawing = frame_skip, True
-        if frame_skip > 1:  # a video of one frame per agent step plays at real speed
-            self.metadata = {**self.metadata, "render_fps": max(1, round(self.metadata["render_fps"] / frame_skip))}
-
-    def step(self, action):
-        if action is None:  # reset's first, actionless frame
-            return super().step(action)
-        total = 0.0
-        for i in range(self.frame_skip):
-            self._drawing = i == self.frame_skip - 1
-            obs, reward, terminated, truncated, info = super().step(action)
-            total += reward
-            if terminated or truncated:
-                break
-        if not self._drawing:  # the episode ended before the repeat's last frame: draw the one it ended on
-            self._drawing = True
-            obs = self.state = self._render("state_pixels")
-        return obs, total, terminated, truncated, info
-
-    def _render(self, mode):
-        if mode == "state_pixels" and not self._drawing:
-            return self.state  # a frame inside an action repeat: nobody looks at it
-        return super()._render(mode)
-
-    def _render_road(self, zoom, translation, angle):
-        if getattr(self, "_track", None) is not self.road_poly:  # a new track since the last frame: a reset
-            d, grass = car_racing.GRASS_DIM, []
-            for x in range(-20, 20, 2):
-                for y in range(-20, 20, 2):
-                    grass.append([(d * x + d, d * y), (d * x, d * y), (d * x, d * y + d), (d * x + d, d * y + d)])
-            road = [[(p[0], p[1]) for p in poly] for poly, _ in self.road_poly]
-            self._polys = np.array(grass + road, np.float64).reshape(-1, 4, 2)
-            self._colors = [self.grass_color] * len(grass) + [[int(c) for c in color] for _, color in self.road_poly]
-            self._track = self.road_poly
-        b = car_racing.PLAYFIELD
-        field = [(b, b), (b, -b), (-b, -b), (-b, b)]
-        self._draw_colored_polygon(self.surf, field, self.bg_color, zoom, translation, angle, clip=False)
-        cos, sin = np.cos(angle), np.sin(angle)
-        x, y = self._polys[..., 0], self._polys[..., 1]
-        px, py = (x * cos - y * sin) * zoom + translation[0], (x * sin + y * cos) * zoom + translation[1]
-        m, w, h = car_racing.MAX_SHAPE_DIM, car_racing.WINDOW_W, car_racing.WINDOW_H
-        seen = ((-m <= px) & (px <= w + m) & (-m <= py) & (py <= h + m)).any(1)
-        for i in np.flatnonzero(seen):
-            points = list(zip(px[i].tolist(), py[i].tolist(), strict=True))
-            gfxdraw.aapolygon(self.surf, points, self._colors[i])
-            gfxdraw.filled_polygon(self.surf, points, self._colors[i])
+def register_ale():
+    """Register ALE's games with Gymnasium; ale-py is needed by the Atari games only, not the racing game."""
+    try:
+        import ale_py
+    except ImportError:
+        raise ImportError("the Atari games need ale-py: pip install -e '.[examples,atari]'", name="ale_py") from None
+    gym.register_envs(ale_py)
 
 
 def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias: float = 0.0) -> nn.Module:
@@ -275,9 +210,12 @@ class Atari(tinyverse.Experiment):
     def make_env(self, render_mode=None):
         a = self.args
         if a.env_id.startswith("CarRacing"):  # Box2D: discrete actions, and the action repeat is ours
+            from racing import FastCarRacing  # only the racing game needs Box2D
+
             racing = FastCarRacing(a.frame_skip, continuous=False, render_mode=render_mode)
             env = gym.wrappers.TimeLimit(racing, -(-1000 // a.frame_skip))  # CarRacing-v3's 1000 frames
         else:
+            register_ale()
             env = gym.make(
                 a.env_id,
                 obs_type="grayscale",  # the emulator's own luminance: no NumPy work per frame

@@ -94,20 +94,16 @@ learned slower over 8 minutes (training mean 3.4-3.9 from minute 3 on, against
 the flattening agent's 8.2-8.4 at 1e-3 from minute 5 on).
 """
 
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
+from actor_critic import declare_pace, loss, prepare, sample_recent, vtrace  # noqa: F401  (vtrace: tests, readers)
+from wrappers import ActionSubset, DoomScreen, Flicker, ObservationSubset, Preprocess, window_indices
 
 import tinyverse
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the experiment is loaded by path: find its neighbour
-from actor_critic import declare_pace, loss, prepare, sample_recent, vtrace  # noqa: E402, F401  (vtrace: for the tests and readers)
-from wrappers import ActionSubset, DoomScreen, Flicker, ObservationSubset, Preprocess, window_indices  # noqa: E402
 
 # torch's default thread count made a DQN run 4x slower with several processes on 2 cores
 torch.set_num_threads(1)
@@ -338,7 +334,11 @@ class Recurrent(tinyverse.Experiment):
     def make_env(self, render_mode=None):
         a = self.args
         if a.env_id.startswith("Vizdoom"):
-            from vizdoom import gymnasium_wrapper  # noqa: F401  (registers the Vizdoom* ids)
+            try:
+                from vizdoom import gymnasium_wrapper  # noqa: F401  (registers the Vizdoom* ids)
+            except ImportError:
+                hint = "the Doom games need vizdoom: pip install -e '.[examples,doom]'"
+                raise ImportError(hint, name="vizdoom") from None
 
             env = gym.make(a.env_id, frame_skip=a.frame_skip, render_mode=render_mode, screen_resolution="RES_160X120")
             top, bottom, left, right = (int(x) for x in a.crop.split(","))

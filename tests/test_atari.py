@@ -420,9 +420,9 @@ def test_the_game_and_its_actions_are_options():
 
 
 def test_fast_car_racing_draws_the_stock_frames():
-    import atari
+    import racing
 
-    stock, fast = gym.make("CarRacing-v3", continuous=False).unwrapped, atari.FastCarRacing(continuous=False)
+    stock, fast = gym.make("CarRacing-v3", continuous=False).unwrapped, racing.FastCarRacing(continuous=False)
     a, _ = stock.reset(seed=3)
     b, _ = fast.reset(seed=3)
     np.testing.assert_array_equal(a, b)  # the zoomed-out first frame
@@ -439,11 +439,11 @@ def test_fast_car_racing_draws_the_stock_frames():
 
 
 def test_fast_car_racing_repeats_actions_as_the_stock_env_under_a_repeat_wrapper():
-    import atari
+    import racing
     from wrappers import FrameSkip
 
     stock = FrameSkip(gym.make("CarRacing-v3", continuous=False).unwrapped, 4)
-    fast = atari.FastCarRacing(4, continuous=False)
+    fast = racing.FastCarRacing(4, continuous=False)
     assert fast.metadata["render_fps"] == stock.metadata["render_fps"]
     a, _ = stock.reset(seed=5)
     b, _ = fast.reset(seed=5)
@@ -465,6 +465,9 @@ def test_the_racing_game_goes_through_the_same_learner():
     exp = atari.make_experiment(None, atari.Args(env_id="CarRacing-v3"))
     assert (exp.args.size, exp.args.noop_max, exp.args.clip_rewards, exp.args.reward_scale) == (42, 0, False, 0.1)
     assert atari.Args().crop == "34,194,0,160" and atari.Args().clip_rewards  # Atari's unchanged
+    import racing
+
+    assert vars(racing.make_experiment(None, racing.Args()).args) == vars(exp.args)  # racing.py: the same
     env = exp.make_env()
     obs, _ = env.reset(seed=0)
     assert env.action_space.n == 5 and obs.shape == (42, 42) and obs.dtype == np.uint8
