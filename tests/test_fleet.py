@@ -76,12 +76,15 @@ def test_run_stops_at_target_return(tmp_path, target, reached):
 
 def test_run_restarts_a_crashing_worker_then_gives_up(tmp_path):
     url = f"sqlite:///{tmp_path / 'fleet.db'}"
-    out = run_cli(FAKE, "run", "--max-crashes", "2", "--set", "fail_at=1", "--db", url, cwd=tmp_path, check=False)
+    args = ["--max-crashes", "2", "--set", "fail_at=1", "--db", url]
+    env = {"TMPDIR": tmp_path}  # run keeps the workers' logs of a crash in a temp folder: this test's, not /tmp
+    out = run_cli(FAKE, "run", *args, cwd=tmp_path, env=env, check=False)
     assert out.returncode == 1
     assert "trainer-0 exited with code 1; restarting in 1s" in out.stderr
     assert "restarting trainer-0" in out.stderr
     assert "tinyverse: error: trainer-0 crashed 2 times" in out.stderr
     assert "RuntimeError: train_step failed at update 1" in out.stderr  # its output is shown
+    assert [p.name for p in tmp_path.glob("tinyverse-fake_experiment-*/trainer-0.log")] == ["trainer-0.log"]
     db = connect(url, "fake_experiment")
     assert wait_for(lambda: db.workers() == [], 15, "the player to leave")
     assert not np.isnan(db.load_params()[1]["w"]).any()  # the failed trainer published nothing
