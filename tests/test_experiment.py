@@ -75,7 +75,7 @@ def test_files_with_the_same_name_in_two_folders_stay_apart(tmp_path):
 
 def test_the_loader_puts_the_experiments_folder_on_sys_path_once(tmp_path):
     (tmp_path / "neighbour_tv.py").write_text("VALUE = 7\n")
-    path = write(tmp_path, "from neighbour_tv import VALUE\n" + GOOD)
+    path = write(tmp_path, GOOD.replace("import tinyverse\n", "import tinyverse\n    from neighbour_tv import VALUE\n"))
     before = list(sys.path)
     try:
         load_experiment(str(path))
