@@ -27,7 +27,7 @@ import gymnasium as gym
 import numpy as np
 
 
-class Preprocess(gym.ObservationWrapper):
+class Preprocess(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
     """Crop, grayscale and downscale image observations to uint8.
 
     ``crop`` is (top, bottom, left, right) in pixels (Python slice bounds);
@@ -45,6 +45,7 @@ class Preprocess(gym.ObservationWrapper):
         size: tuple[int, int] | None = (84, 84),
         grayscale: bool = True,
     ):
+        gym.utils.RecordConstructorArgs.__init__(self, crop=crop, size=size, grayscale=grayscale)
         super().__init__(env)
         space = env.observation_space
         assert isinstance(space, gym.spaces.Box) and space.dtype == np.uint8, "only uint8 image observations"
@@ -88,7 +89,7 @@ def _area_weights(n_out: int, n_in: int) -> np.ndarray:
     return (overlap / overlap.sum(1, keepdims=True)).astype(np.float32)
 
 
-class ActionSubset(gym.ActionWrapper):
+class ActionSubset(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
     """Expose only some of the game's actions, as ``Discrete(len(actions))``.
 
     ``actions`` are action ids of the wrapped env, or names looked up in the
@@ -96,6 +97,7 @@ class ActionSubset(gym.ActionWrapper):
     """
 
     def __init__(self, env: gym.Env, actions: Sequence[int | str]):
+        gym.utils.RecordConstructorArgs.__init__(self, actions=actions)
         super().__init__(env)
         assert isinstance(env.action_space, gym.spaces.Discrete), "only discrete actions"
         meanings = getattr(env.unwrapped, "get_action_meanings", lambda: [])()
@@ -113,7 +115,7 @@ class ActionSubset(gym.ActionWrapper):
         return int(self.ids[int(action)])
 
 
-class NoopReset(gym.Wrapper):
+class NoopReset(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Start each episode with 0..``noop_max`` NOOPs (action 0), drawn at random.
 
     A deterministic game (no sticky actions) then still starts in different
@@ -122,6 +124,7 @@ class NoopReset(gym.Wrapper):
     """
 
     def __init__(self, env: gym.Env, noop_max: int = 30):
+        gym.utils.RecordConstructorArgs.__init__(self, noop_max=noop_max)
         super().__init__(env)
         self.noop_max = noop_max
 
@@ -134,10 +137,11 @@ class NoopReset(gym.Wrapper):
         return obs, info
 
 
-class FrameSkip(gym.Wrapper):
+class FrameSkip(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Repeat each action ``skip`` times, summing the rewards; stop early when the episode ends."""
 
     def __init__(self, env: gym.Env, skip: int = 4):
+        gym.utils.RecordConstructorArgs.__init__(self, skip=skip)
         super().__init__(env)
         assert skip >= 1, "skip must be at least 1"
         self.skip = skip
@@ -154,10 +158,11 @@ class FrameSkip(gym.Wrapper):
         return obs, total, terminated, truncated, info
 
 
-class FrameWindow(gym.ObservationWrapper):
+class FrameWindow(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
     """Observe the last ``k`` frames stacked, (k, ...), oldest first; zeros before the episode's first frame."""
 
     def __init__(self, env: gym.Env, k: int = 4):
+        gym.utils.RecordConstructorArgs.__init__(self, k=k)
         super().__init__(env)
         space = env.observation_space
         self.frames = np.zeros((k, *space.shape), space.dtype)
@@ -221,7 +226,7 @@ def window_indices(terminated: np.ndarray, truncated: np.ndarray, k: int) -> tup
     return idx, final
 
 
-class ObservationSubset(gym.ObservationWrapper):
+class ObservationSubset(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
     """Observe only some components of a vector observation, e.g. CartPole's position and angle (``[0, 2]``).
 
     Masking CartPole's velocities makes it a partially observed game: one
@@ -230,6 +235,7 @@ class ObservationSubset(gym.ObservationWrapper):
     """
 
     def __init__(self, env: gym.Env, keep: Sequence[int]):
+        gym.utils.RecordConstructorArgs.__init__(self, keep=keep)
         super().__init__(env)
         space = env.observation_space
         assert isinstance(space, gym.spaces.Box) and len(space.shape) == 1, "only vector observations"
@@ -241,7 +247,7 @@ class ObservationSubset(gym.ObservationWrapper):
         return np.asarray(obs)[self.keep]
 
 
-class Flicker(gym.ObservationWrapper):
+class Flicker(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
     """Blank each observation (all zeros) with probability ``p``: DRQN's flickering games.
 
     Hausknecht and Stone (2015, https://arxiv.org/abs/1507.06527) made Atari
@@ -251,6 +257,7 @@ class Flicker(gym.ObservationWrapper):
     """
 
     def __init__(self, env: gym.Env, p: float):
+        gym.utils.RecordConstructorArgs.__init__(self, p=p)
         super().__init__(env)
         assert 0.0 <= p <= 1.0, f"flicker probability {p} is not in [0, 1]"
         self.p, self.rng = p, np.random.default_rng()
@@ -264,7 +271,7 @@ class Flicker(gym.ObservationWrapper):
         return np.zeros_like(obs) if self.rng.random() < self.p else obs
 
 
-class DoomScreen(gym.Wrapper):
+class DoomScreen(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """ViZDoom's Gymnasium environments as a plain image game: the screen only, and timeouts as truncations.
 
     ViZDoom observes a dict (``screen`` (H, W, 3) uint8, ``gamevariables``);
@@ -278,6 +285,7 @@ class DoomScreen(gym.Wrapper):
     """
 
     def __init__(self, env: gym.Env):
+        gym.utils.RecordConstructorArgs.__init__(self)
         super().__init__(env)
         space = env.observation_space
         assert isinstance(space, gym.spaces.Dict) and "screen" in space.spaces, "a ViZDoom env observes a screen"
