@@ -252,7 +252,7 @@ def ms(xs, q):
     return round(float(np.percentile(xs, q)) * 1000, 3) if len(xs) else None
 
 
-def calibrate(url: str, server, game: str, per_player: int, batch: int, seconds: float) -> dict:
+def calibrate(url: str, server, game: str, per_player: int, batch: int, seconds: float, replica=None) -> dict:
     """Each operation alone for ``seconds``: server CPU us, commandstats us and bytes in/out per call."""
     blobs, params_blob, T = recorded(game)
     prefix = f"cal-{uuid.uuid4().hex[:8]}"
@@ -279,6 +279,7 @@ def calibrate(url: str, server, game: str, per_player: int, batch: int, seconds:
             server.r.config_resetstat()  # it resets the network counters too: read them after
         t0, (i0, o0) = time.perf_counter(), server.net() if server else (0, 0)
         c0, reps = server.cpu() if server else 0.0, 0
+        r0, (_, ro0) = (replica.cpu(), replica.net()) if replica else (0.0, (0, 0))
         while time.perf_counter() - t0 < seconds:  # the server's CPU clock ticks in 10 ms: run long enough
             fn(reps)
             reps += 1
@@ -292,6 +293,9 @@ def calibrate(url: str, server, game: str, per_player: int, batch: int, seconds:
             row["cmdstat_us"] = round(sum(stats[k]["usec"] for k in top if not _inner(k, stats)) / reps, 2)
             row["cmds"] = {k: round(stats[k]["calls"] / reps, 2) for k in top}
             row["in_bytes"], row["out_bytes"] = round((i1 - i0) / reps), round((o1 - o0) / reps)
+        if replica:
+            r1, (_, ro1) = replica.cpu(), replica.net()
+            row["replica_us"], row["replica_out_bytes"] = round((r1 - r0) / reps * 1e6, 2), round((ro1 - ro0) / reps)
         out[name] = row
     worker.leave()
     db.clear(sessions=True, params=True, workers=True, metrics=True)
@@ -453,7 +457,7 @@ def main():
     rows, servers, lines = [], [], []
     try:
         for backend in a.backends.split(","):
-            server = None
+            server = rep = None
             if backend == "redis":
                 server = Server()
                 servers.append(server)
@@ -464,10 +468,11 @@ def main():
                     url += f"?replica=127.0.0.1:{rep.port}"
             else:
                 url = f"sqlite:///{tempfile.mkdtemp(prefix='hub-sqlite-')}/hub.db"
-            cal = calibrate(url, server, a.game, a.per_player, a.batch, a.cal_seconds)
+            cal = calibrate(url, server, a.game, a.per_player, a.batch, a.cal_seconds, rep)
             cal_row = dict(kind="calibration", backend=backend, game=a.game, label=a.label, ops=cal)
             rows.append(cal_row)
             keys = ["calls", "client_ms"] + (["server_us", "cmdstat_us", "in_bytes", "out_bytes"] if server else [])
+            keys += ["replica_us", "replica_out_bytes"] if rep else []
             print(f"\n{backend}: each operation alone for {a.cal_seconds:g} s")
             print(table([{"op": k, **v} for k, v in cal.items()], ["op", *keys]))
             for trainers in (int(x) for x in a.trainers.split(",")):
@@ -503,6 +508,15 @@ def main():
                     f"total {total_in / 1e6:.0f}/{total_out / 1e6:.0f} = "
                     f"{peak / 125e6:.2f} of 1 GbE, {peak / 1250e6:.2f} of 10 GbE"
                 )
+                if rep:
+                    rounds = a.steps_per_s / T / a.per_player  # a load a round
+                    per_core = int(1e6 / (rounds * cal["load"]["replica_us"]))
+                    out = target_games * rounds * cal["load"]["replica_out_bytes"]
+                    cal_row["games_per_replica_core"] = per_core
+                    lines.append(
+                        f"a read replica core serves the params loads of {per_core} games; at {target_games} games "
+                        f"they are {out / 1e6:.0f} MB/s: {out / 1250e6:.2f} of 10 GbE"
+                    )
                 g, t = cal_row["game_server_us"], cal_row["trainer_server_us"]
                 n = int((1e6 - target_trainers * t) / g)
                 lines.append(f"one Redis core serves {n} Pong games and {target_trainers} trainers")
