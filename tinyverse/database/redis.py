@@ -8,6 +8,7 @@ one Lua script that copies every blob through Lua: 1.1-1.9x for 32-256 CartPole
 sessions). Keys are ``{prefix}:{name}``.
 """
 
+import re
 import time
 
 import redis
@@ -18,15 +19,28 @@ from .base import Database
 NAMESPACES = "tinyverse:namespaces"
 EVERYTHING = {"sessions", "params", "workers", "metrics"}
 
-# append ARGV[4..] and evict beyond the capacity, stored unless one is (or ARGV[3] == '1': set it)
+# append ARGV[4..] and evict beyond the capacity, stored unless one is (or ARGV[3] == '1': set it); one HSET and
+# one HDEL a round (in chunks: Lua's unpack takes a few thousand values), not one call a session
 ADD = """
 redis.call('SADD', KEYS[5], ARGV[2])
 local cap = tonumber(redis.call('HGET', KEYS[4], 'capacity'))
 if ARGV[3] == '1' or not cap then cap = tonumber(ARGV[1]); redis.call('HSET', KEYS[4], 'capacity', cap) end
-for i = 4, #ARGV do redis.call('HSET', KEYS[1], redis.call('INCR', KEYS[2]), ARGV[i]) end
+local n = #ARGV - 3
 local id = tonumber(redis.call('GET', KEYS[2]) or '0')
+if n > 0 then
+  id = redis.call('INCRBY', KEYS[2], n)
+  for s = 0, n - 1, 1000 do
+    local fields = {}
+    for i = s, math.min(s + 999, n - 1) do fields[#fields + 1] = id - n + 1 + i; fields[#fields + 1] = ARGV[4 + i] end
+    redis.call('HSET', KEYS[1], unpack(fields))
+  end
+end
 local lo = tonumber(redis.call('GET', KEYS[3]) or '1')
-while id - lo + 1 > cap do redis.call('HDEL', KEYS[1], lo); lo = lo + 1 end
+while id - lo + 1 > cap do
+  local gone = {}
+  while id - lo + 1 > cap and #gone < 1000 do gone[#gone + 1] = lo; lo = lo + 1 end
+  redis.call('HDEL', KEYS[1], unpack(gone))
+end
 redis.call('SET', KEYS[3], lo)
 """
 
@@ -35,26 +49,21 @@ redis.call('UNLINK', KEYS[1])
 redis.call('SET', KEYS[3], tonumber(redis.call('GET', KEYS[2]) or '0') + 1)
 """
 
-SAVE_PARAMS = """
-if ARGV[3] == '1' and redis.call('HEXISTS', KEYS[1], 'data') == 1 then return false end
-local stored = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
-if ARGV[5] ~= '-1' and stored ~= tonumber(ARGV[5]) then return false end
-local v = math.max(stored + 1, tonumber(ARGV[2]))
-redis.call('HSET', KEYS[1], 'version', v, 'time', ARGV[4], 'data', ARGV[1])
-return v
-"""
-
 
 class RedisDatabase(Database):
     def __init__(self, url: str, prefix: str = "tinyverse", retry_for: float | None = None):
         super().__init__(url, prefix, retry_for)
-        self.r = redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=5, health_check_interval=10)
+        url, replica = _replica(url)
+        opts = dict(socket_timeout=30, socket_connect_timeout=5, health_check_interval=10)
+        self.r = redis.Redis.from_url(url, **opts)
+        # params reads (every player's load: the hub's biggest load) from a read replica when the URL names one
+        self.reads = self.r if replica is None else redis.Redis.from_url(_at(url, replica), **opts)
         self.k = {n: f"{prefix}:{n}" for n in ("sessions", "seq", "lo", "meta", "params")}
         self.ring = [self.k["sessions"], self.k["seq"], self.k["lo"], self.k["meta"]]
-        self.scripts = {
-            n: self.r.register_script(src) for n, src in (("add", ADD), ("params", SAVE_PARAMS), ("clear", CLEAR))
-        }
+        self.scripts = {n: self.r.register_script(src) for n, src in (("add", ADD), ("clear", CLEAR))}
         self._call(self.r.ping)  # a wrong URL or password shows now, not at the first write
+        if self.reads is not self.r:
+            self._call(self.reads.ping)
 
     def _is_transient(self, e):
         if isinstance(e, redis.AuthenticationError):  # a wrong password does not get better with time
@@ -101,13 +110,28 @@ class RedisDatabase(Database):
         return self.r.hincrby(self.k["meta"], key, n)
 
     def _save_params(self, blob, min_version, if_absent, expect):
+        # WATCH/MULTI rather than a Lua script: a script copies the params (MBs) into a Lua string first
         self.r.sadd(NAMESPACES, self.prefix)  # a namespace is listed once it holds data: sessions or params
-        return self.scripts["params"](
-            keys=[self.k["params"]], args=[blob, min_version, int(if_absent), time.time(), expect]
-        )
+        key = self.k["params"]
+        with self.r.pipeline() as p:
+            while True:
+                try:
+                    p.watch(key)
+                    stored, has = p.hget(key, "version"), p.hexists(key, "data")
+                    stored = int(stored or 0)
+                    if (if_absent and has) or (expect != -1 and stored != expect):
+                        p.unwatch()
+                        return None
+                    version = max(stored + 1, min_version)
+                    p.multi()
+                    p.hset(key, mapping={"version": version, "time": time.time(), "data": blob})
+                    p.execute()
+                    return version
+                except redis.WatchError:  # written in between: look again
+                    continue
 
     def _load_params(self):
-        version, data = self.r.hmget(self.k["params"], ["version", "data"])
+        version, data = self.reads.hmget(self.k["params"], ["version", "data"])
         return None if data is None else (int(version), data)
 
     def _params_version(self):
@@ -156,3 +180,24 @@ class RedisDatabase(Database):
 
     def close(self):
         self.r.close()
+        if self.reads is not self.r:
+            self.reads.close()
+
+
+def _replica(url: str) -> tuple[str, str | None]:
+    """The URL without its ``replica=HOST:PORT`` query item, and that item's value (None: none)."""
+    base, _, query = url.partition("?")
+    items = [q for q in query.split("&") if q]
+    found = [q.split("=", 1)[1] for q in items if q.startswith("replica=")]
+    rest = [q for q in items if not q.startswith("replica=")]
+    if found and not re.fullmatch(r"[^:/@]+:\d+", found[-1]):
+        raise DatabaseError(f"bad replica={found[-1]!r} in the Redis URL: use ?replica=HOST:PORT")
+    return base + ("?" + "&".join(rest) if rest else ""), (found[-1] if found else None)
+
+
+def _at(url: str, where: str) -> str:
+    """``url`` (credentials, database and options kept) pointing at ``where`` (HOST:PORT)."""
+    scheme, rest = url.split("://", 1)
+    auth, _, hostpath = rest.rpartition("@")
+    path = hostpath[hostpath.index("/") :] if "/" in hostpath else ""
+    return f"{scheme}://{auth + '@' if auth else ''}{where}{path}"
