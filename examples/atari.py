@@ -1,5 +1,6 @@
 """Atari from pixels: an IMPALA-style actor-critic with V-trace, fed by any number of players (PyTorch, one file).
 
+    pip install -e '.[examples,atari,video]'
     python -m tinyverse atari.py run                     # Pong: 1 player + 1 trainer on this machine
     python -m tinyverse atari.py play -b 3               # or the parts, on as many machines as you have
     python -m tinyverse atari.py train -b 10

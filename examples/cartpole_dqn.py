@@ -1,5 +1,6 @@
 """Double DQN with a target network on CartPole-v1, in PyTorch (CleanRL style: one file).
 
+    pip install -e '.[examples]'
     python -m tinyverse examples/cartpole_dqn.py play -b 1 &
     python -m tinyverse examples/cartpole_dqn.py train -b 16 &
     python -m tinyverse examples/cartpole_dqn.py eval -n 20 --no-record

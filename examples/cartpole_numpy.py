@@ -1,5 +1,6 @@
 """DQN on CartPole-v1 in NumPy alone: no deep-learning framework, hand-written backprop and Adam.
 
+    pip install -e '.[examples]'
     python -m tinyverse examples/cartpole_numpy.py play -b 1 &
     python -m tinyverse examples/cartpole_numpy.py train -b 32 &
     python -m tinyverse examples/cartpole_numpy.py eval -n 20 --no-record

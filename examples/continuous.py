@@ -1,5 +1,6 @@
 """DDPG, TD3, SAC and NAF for vector observations and continuous (Box) actions, CleanRL style.
 
+    pip install -e '.[examples]'                          # LunarLander, BipedalWalker: '.[examples,box2d]'
     python -m tinyverse examples/continuous.py run -n 20000                  # TD3 on Pendulum-v1, RL-Zoo's preset
     python -m tinyverse examples/continuous.py run -n 20000 --set algo=sac --prefix pendulum-sac
     python -m tinyverse examples/continuous.py run --players 4 --set algo=ddpg --set noise=ou --prefix pendulum-ou

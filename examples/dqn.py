@@ -1,5 +1,6 @@
 """DQN with the improvements that matter, for vector observations and discrete actions (CleanRL style).
 
+    pip install -e '.[examples]'                         # LunarLander: '.[examples,box2d]'
     python -m tinyverse examples/dqn.py play --set env_id=LunarLander-v3 &
     python -m tinyverse examples/dqn.py train &          # adopts the options the first worker stored
     python -m tinyverse examples/dqn.py eval -n 10 --no-record

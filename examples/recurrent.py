@@ -1,5 +1,6 @@
 """Memory: a recurrent (GRU) actor-critic, trained on-policy with V-trace and PPO's clip (PyTorch, one file).
 
+    pip install -e '.[examples]'                             # Doom: '.[examples,doom,video]'
     python -m tinyverse recurrent.py run                     # CartPole seeing position and angle only
     python -m tinyverse recurrent.py run --set net=ff        # the same learner with 1 frame and no memory
     python -m tinyverse recurrent.py run --set env_id=VizdoomHealthGathering-v1   # or VizdoomDefendCenter-v1

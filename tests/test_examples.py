@@ -18,6 +18,9 @@ EXAMPLES = [*CARTPOLE, "dqn.py", "atari.py", "continuous.py"]
 
 
 def load(name: str):
+    """The example as a module, its neighbours importable, as the loader makes them (examples/ on sys.path)."""
+    if str(ROOT / "examples") not in sys.path:
+        sys.path.insert(0, str(ROOT / "examples"))
     spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), ROOT / "examples" / name)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
