@@ -58,8 +58,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from tinyverse.database import connect  # noqa: E402
 from tinyverse.encoding import decode  # noqa: E402
+from tinyverse.pace import Pace  # noqa: E402
 from tinyverse.params import Publisher, sync_params  # noqa: E402
-from tinyverse.workers import Pace, Worker  # noqa: E402
+from tinyverse.workers import Worker  # noqa: E402
 
 CACHE = Path(tempfile.gettempdir()) / "tinyverse-hub-sessions.db"
 GAMES = {"pong": ("examples/atari.py", 8), "cartpole": ("examples/dqn.py", 8)}

@@ -561,14 +561,11 @@ def make_experiment(db, args: Args):
 
 
 def test_workers_of_another_session_layout_are_refused(tmp_path):
+    # The database holds the layout its first players claimed; a player of another layout is refused before it
+    # writes. A trainer builds no environment, so it reads no shape: its params' shapes are what it checks.
     db = sqlite_db(tmp_path)
     cli(EXP, "play", "-b", 2, "-n", 2, cwd=tmp_path)
     other = write(tmp_path / "acrobot.py", ACROBOT.format(tests=str(EXP.parent)))
-    train = cli(other, "train", "-n", 1, "--prefix", PREFIX, cwd=tmp_path, check=False)
-    assert train.returncode == 1
-    line = one_error_line(train)
-    assert "observations of shape [4]" in line and "[6]" in line
-    assert "--prefix" in line and "clear --del-sessions" in line
     play = cli(other, "play", "-n", 1, "--prefix", PREFIX, cwd=tmp_path, check=False)
     assert play.returncode == 1
     line = one_error_line(play)

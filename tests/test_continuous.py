@@ -13,6 +13,7 @@ from conftest import ROOT, optional, run_cli
 import tinyverse
 from tinyverse.database import connect
 from tinyverse.experiment import load_experiment
+from tinyverse.options import store
 from tinyverse.player import play
 from tinyverse.trainer import train
 
@@ -108,8 +109,10 @@ def test_presets_fill_what_is_unset_and_the_pace_is_declared():
 
 def test_every_worker_of_a_run_may_repeat_its_noise_option(tmp_path):
     db = connect(f"sqlite:///{tmp_path / 'options.db'}", "continuous")
-    for _ in range(2):  # the trainer stores the options, the player (same --set) must agree with them
-        assert load_experiment(str(FILE), db, {"algo": "sac", "noise": "none"}).args.noise == "none"
+    for _ in range(2):  # the trainer stores the options (at its first write), the player (same --set) agrees
+        exp = load_experiment(str(FILE), db, {"algo": "sac", "noise": "none"})
+        assert exp.args.noise == "none"
+        store(exp, db)
     with pytest.raises(tinyverse.TinyverseError, match="conflicts"):
         load_experiment(str(FILE), db, {"algo": "td3"})
     db.close()

@@ -23,10 +23,11 @@ import pytest
 import redis
 from conftest import wait_for
 
+from tinyverse import errors
 from tinyverse.database import base, connect, masked
 from tinyverse.database.sqlite import SQLiteDatabase
 from tinyverse.encoding import decode, encode, layout
-from tinyverse.errors import DatabaseError, RecordError
+from tinyverse.errors import DatabaseError, RecordError, TinyverseError
 
 BIG = 10**6
 SESSION_KEYS = {"observations", "actions", "terminated", "frames", "who"}
@@ -98,6 +99,11 @@ def params_of(v: int) -> dict:
 
 def is_sqlite(db) -> bool:
     return isinstance(db, SQLiteDatabase)
+
+
+def raw_add(db, sessions: list[dict]) -> None:
+    """Append sessions past the layout claim, as players of a version before layouts were claimed did."""
+    db._call(db._add, [encode(s) for s in sessions], BIG)
 
 
 def raw_insert(db, data) -> None:
@@ -251,10 +257,21 @@ class TestSessions:
         assert db.capacity() is None
         assert db.counter("updates") == 0 and db.counter("corrupt") == 0
 
-    def test_an_append_needs_a_capacity(self, db):
-        with pytest.raises(TypeError, match="capacity"):
-            db.add_sessions([tiny(0)])
-        assert db.count_sessions() == (0, 0)
+    def test_the_first_append_claims_a_capacity_that_later_ones_keep(self, db):
+        db.add_sessions([tiny(0)])  # no capacity given: as many as fit the budget, within 1,000 .. 10^6
+        assert db.capacity() == 10**6 and db.count_sessions() == (1, 1)
+        db.add_sessions([tiny(1), tiny(2)], capacity=2)  # another worker's default does not override it
+        assert db.capacity() == 10**6 and db.count_sessions() == (3, 3)
+
+    def test_a_prefix_holds_one_layout(self, db):
+        db.add_sessions([tiny(0)], capacity=BIG)
+        with pytest.raises(TinyverseError, match="another layout .*i: stored .* --del-sessions"):
+            db.add_sessions([{"i": np.arange(2)}], capacity=BIG)
+        assert db.count_sessions() == (1, 1), "nothing of the other layout was stored"
+        fresh = type(db).__new__(type(db))  # another process: it claims too, and is refused as well
+        fresh.__dict__.update(db.__dict__, layout=None)
+        with pytest.raises(TinyverseError, match="another layout"):
+            fresh.add_sessions([{"i": np.arange(2)}], capacity=BIG)
 
     def test_append_count_sample(self, db):
         db.add_sessions([make_session(i) for i in range(3)], capacity=BIG)
@@ -397,8 +414,8 @@ class TestSessionIds:
 
 class TestLayout:
     def test_without_a_layout_a_batch_takes_the_first_good_one(self, db, caplog):
-        db.add_sessions([tiny(i) for i in range(3)], capacity=BIG)
-        db.add_sessions([{"i": np.arange(2)}], capacity=BIG)  # the experiment changed
+        raw_add(db, [tiny(i) for i in range(3)])
+        raw_add(db, [{"i": np.arange(2)}])  # the experiment changed (written before layouts were claimed)
         with caplog.at_level(logging.WARNING, logger="tinyverse"):
             batch = db.get_batch([1, 4, 2, 3])
         assert batch["id"].tolist() == [1, 2, 3] and markers(batch) == [0, 1, 2]
@@ -407,9 +424,9 @@ class TestLayout:
 
     def test_sessions_of_another_layout_are_skipped_never_returned_nor_deleted(self, db, caplog):
         old = {"i": np.arange(2)}  # an earlier experiment's sessions, stored first
-        db.add_sessions([old, old], capacity=BIG)
-        db.add_sessions([tiny(i) for i in range(3)], capacity=BIG)
-        db.add_sessions([old], capacity=BIG)
+        raw_add(db, [old, old])
+        raw_add(db, [tiny(i) for i in range(3)])
+        raw_add(db, [old])
         db.layout = db.claim("layout", layout(tiny(0)))  # as a trainer does with the players' claim
         assert db.layout == [["i", "<i8", []]]
         with caplog.at_level(logging.WARNING, logger="tinyverse"):
@@ -429,8 +446,8 @@ class TestLayout:
         assert batch["id"].tolist() == [1, 2, 6] and batch["i"].tolist() == [[0, 1]] * 3
 
     def test_nothing_of_the_layout_gives_an_empty_batch(self, db):
-        db.add_sessions([{"i": np.arange(2)} for _ in range(3)], capacity=BIG)
-        db.layout = layout(tiny(0))
+        raw_add(db, [{"i": np.arange(2)} for _ in range(3)])
+        db.layout = db.claim("layout", layout(tiny(0)))  # as the players of this experiment do
         assert db.sample_batch(20) == {} and db.get_batch([1, 2, 3]) == {}
         assert db.count_sessions() == (3, 3) and db.counter("corrupt") == 0
         assert [i for i, _ in raw_records(db)] == [1, 2, 3]  # left alone for the experiment they belong to
@@ -514,7 +531,7 @@ class TestCorruptRecords:
 
     def test_the_warning_comes_at_most_once_per_interval(self, db, caplog, monkeypatch):
         clock = Clock()
-        monkeypatch.setattr(base, "time", clock)
+        monkeypatch.setattr(errors, "time", clock)  # the throttle of warnings (errors.Every) reads this clock
         db.add_sessions([tiny(0)], capacity=BIG)
 
         def damage(n: int) -> list[int]:
@@ -988,12 +1005,12 @@ def test_sqlite_sample_and_count_do_the_same_work_at_any_size(tmp_path, prefix):
         return 0
 
     def work(fn) -> int:
-        db.db.set_progress_handler(tick, 10)  # one tick per 10 instructions
+        db.conn.set_progress_handler(tick, 10)  # one tick per 10 instructions
         steps[0] = 0
         try:
             fn()
         finally:
-            db.db.set_progress_handler(None, 10)
+            db.conn.set_progress_handler(None, 10)
         return steps[0]
 
     db.add_sessions([tiny(i) for i in range(1_000)], capacity=BIG)

@@ -14,7 +14,7 @@ from conftest import ROOT, Proc, cli_env, run_cli, sets, wait_for
 from conftest import spawn as start
 
 from tinyverse.database import connect
-from tinyverse.monitor import info_text
+from tinyverse.ops.monitor import info_text
 
 FAKE = ROOT / "tests" / "fake_experiment.py"
 
@@ -193,7 +193,7 @@ def test_plot_writes_a_png(tmp_path):
 def test_info_text_of_an_empty_namespace(db):
     head, *rest = info_text(db).splitlines()
     assert head == f"[{db.prefix}] {db.url}"
-    assert rest == ["  empty: start a player with python -m tinyverse EXP play"]
+    assert rest == ["  empty: start a player with python -m tinyverse EXPERIMENT.py play"]  # not from a CLI
     db.add_metrics("train", [{"time": time.time(), "updates": 1}])  # metrics alone: still nothing to show
     assert info_text(db).splitlines()[1:] == rest
     db.add_sessions([{"x": np.zeros(2)}], capacity=10)
@@ -346,7 +346,8 @@ def test_a_player_waiting_for_the_trainers_heartbeats_and_stops(tmp_path, db_url
         w = heartbeats_while_waiting(db, "player", "for the trainers: 0 updates", [player])
         played = db.count_sessions()[1] * T
         assert 16 + 16 < played <= 16 + 16 + B * T, "it played up to the slack, then waited"
-        assert w["pid"] == player.p.pid and w["pace"][:3] == [1, 16, 16]
+        assert w["pid"] == player.p.pid
+        assert w["pace"] == {"updates_per_step": 1, "learning_starts": 16, "pace_slack": 16, "session_length": T}
         info = run_cli(FAKE, "info", *where, cwd=tmp_path).stdout
         (line,) = [x for x in info.splitlines() if x.strip().startswith("player")]
         assert f"pid {player.p.pid}" in line and "waiting for the trainers" in line
@@ -391,7 +392,7 @@ def test_info_shows_the_lag_of_a_real_player(tmp_path, spawn):
     db.save_params(params)
     db.save_params(params)  # version 3: the player still acts with version 1
     wait_for(
-        lambda: "sessions" in (w := db.workers()[0]) and w["time"] > db.params_version(saved=True)[1],
+        lambda: "sessions" in (w := db.workers()[0]) and w["time"] > db.params_saved().time,
         30,
         "a later beat",
     )

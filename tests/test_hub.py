@@ -97,7 +97,7 @@ def test_no_batch_mixes_layouts(url):
     b = [encode({"observations": np.full((5, 80, 80), i, np.uint8)}) for i in range(30)]
     for i in range(0, 30, 5):
         db._add(a[i : i + 5] + b[i : i + 5], 1000)
-    db.layout = [["observations", "<f4", [5, 4]]]
+    db.layout = db.claim("layout", [["observations", "<f4", [5, 4]]])  # as the first players claim it
     seen = 0
     for _ in range(50):
         batch = db.sample_batch(16)

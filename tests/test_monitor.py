@@ -5,7 +5,7 @@ from pathlib import Path
 
 from conftest import ROOT, optional, run_cli
 
-from tinyverse.monitor import EventWriter
+from tinyverse.ops.monitor import EventWriter
 
 event_pb2 = optional("tensorboardX.proto.event_pb2")
 

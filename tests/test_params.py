@@ -155,9 +155,9 @@ def initial():
     return {"w": np.arange(6.0).reshape(2, 3), "head": np.zeros(2, np.float32), "count": np.array(0, np.int64)}
 
 
-def trainer(db, sync=None, coef=1.0, only=(), local=()):
+def trainer(db, sync=None, coef=1.0, local=()):
     exp = Params(**initial())
-    return exp, Publisher(exp, db, coef, sync, only, local)
+    return exp, Publisher(exp, db, sync, local, coef)
 
 
 def test_one_trainer_stores_exactly_what_it_trained(db):
@@ -220,19 +220,6 @@ def test_push_coef_scales_the_delta_and_is_checked(db, caplog):
     assert "--push-coef 2 above 1" in caplog.text
     with pytest.raises(TinyverseError, match="--push-coef must be positive, got 0"):
         trainer(db, coef=0.0)
-
-
-def test_a_trainer_may_push_some_arrays_only(db):
-    heads, ph = trainer(db, only=("head*",))
-    full, pf = trainer(db)
-    full.params["w"] += 1.0
-    pf.push()
-    heads.params["w"] -= 50.0  # trained, but not pushed: the stored w keeps the other trainer's update
-    heads.params["head"] += np.float32(2.0)
-    ph.push()
-    stored = db.load_params()[1]
-    np.testing.assert_array_equal(stored["w"], initial()["w"] + 1.0)
-    np.testing.assert_array_equal(stored["head"], [2.0, 2.0])
 
 
 def test_local_arrays_are_written_as_they_are_and_never_taken(db):

@@ -1,12 +1,39 @@
-"""Every error tinyverse raises on purpose: one line naming the problem and the fix."""
+"""Every error tinyverse raises on purpose: one line naming the problem and the fix.
 
+Fixes name the command the user would type: :func:`command` spells it with the
+experiment path and ``--prefix`` of the current invocation (the CLI sets them).
+"""
+
+import time
 from urllib.parse import urlsplit
+
+INVOKED = {"experiment": "EXPERIMENT.py", "prefix": None}  # how the CLI was called: for the commands in hints
+
+
+def command(rest: str) -> str:
+    """``python -m tinyverse EXPERIMENT MODE...`` as this invocation would type it."""
+    prefix = f" --prefix {INVOKED['prefix']}" if INVOKED["prefix"] else ""
+    return f"python -m tinyverse {INVOKED['experiment']} {rest}{prefix}"
 
 
 def masked(url: str) -> str:
     """``url`` with its password replaced by ``***``: safe to print in any message."""
     parts = urlsplit(url)
     return url if parts.password is None else url.replace(f":{parts.password}@", ":***@", 1)
+
+
+class Every:
+    """True at most once every ``seconds`` per key: a warning a loop would repeat each step is said now and then."""
+
+    def __init__(self, seconds: float = 30.0):
+        self.seconds, self.last = seconds, {}
+
+    def __call__(self, key: str = "") -> bool:
+        now = time.monotonic()
+        if now - self.last.get(key, -self.seconds) < self.seconds:
+            return False
+        self.last[key] = now
+        return True
 
 
 class TinyverseError(Exception):

@@ -6,17 +6,146 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 
 from .database import Database
-from .errors import TinyverseError
+from .errors import command
 from .experiment import Experiment
-from .monitor import EventWriter
+from .options import store
+from .pace import Pace
 from .params import Publisher
-from .workers import Pace, StopFlag, Worker
+from .workers import StopFlag, Worker
 
 log = logging.getLogger(__name__)
+
+
+def train(
+    exp: Experiment,
+    db: Database,
+    batch_size: int = 32,
+    steps: int | None = None,
+    save_every: int = 100,
+    report_every: float = 2.0,
+    sync: bool | None = None,
+    push_coef: float = 1.0,
+    on_report: Callable[[dict, int], None] | None = None,
+) -> int:
+    """Train on batches of ``batch_size`` sessions for ``steps`` updates (for ever if None).
+
+    With ``exp.batch_per_player`` a batch is ``batch_size`` times the live players.
+    Resumes from stored params (never overwrites them with a random init), keeps
+    the experiment's pace (:class:`~tinyverse.pace.Pace`), publishes every
+    ``save_every`` updates, when it starts to wait for players, and on
+    SIGINT/SIGTERM, as a delta merged with other trainers' (:class:`~tinyverse.params.Publisher`:
+    ``sync``, ``push_coef``).
+    Every ``report_every`` seconds the mean metrics go to the database (and to
+    ``on_report(metrics, env_steps)``). Returns the last published version.
+    """
+    pace = Pace(exp, db)
+    store(exp, db)  # the run's options, at its first write
+    trainer = Trainer(exp, db, batch_size, save_every, Publisher(exp, db, sync, exp.local_params, push_coef), on_report)
+    exp.prepare_training()
+    with StopFlag() as flag:
+        prefetch = None
+        try:
+            trainer.worker.beat(force=True, updates=0, version=trainer.publisher.version, pace=pace.spec)
+            prefetch = trainer.prefetch = Prefetcher(exp, db, trainer.grown(), exp.prefetch)
+            for _ in range(steps) if steps is not None else itertools.count():
+                if not (
+                    trainer.worker.wait(flag, trainer.starved)
+                    and trainer.worker.wait(flag, pace.trainer_waits, trainer.publish)
+                ):
+                    break
+                trainer.step(pace)
+                if trainer.report(report_every, pace, final=trainer.done == steps):
+                    flag.stop = True
+        finally:
+            if prefetch is not None:
+                prefetch.close()
+            trainer.worker.leave()
+        pace.flush()
+        trainer.publish()  # a warm stop or the last step
+        log.info("stopped after %d updates here (%d in the run); params version %d is stored", trainer.done,
+                 pace.total, trainer.publisher.version)  # fmt: skip
+    return trainer.publisher.version
+
+
+class Trainer:
+    """One trainer's updates, publications and reports."""
+
+    def __init__(self, exp, db: Database, batch_size: int, save_every: int, publisher: Publisher, on_report=None):
+        self.exp, self.db, self.batch_size, self.save_every, self.on_report = exp, db, batch_size, save_every, on_report
+        self.publisher, self.worker, self.prefetch = publisher, Worker(db, "trainer"), None
+        self.done, self.saved, self.batch, self.sums, self.count = 0, 0, None, {}, 0
+        self.started = self.last_report = self.last_log = time.monotonic()
+
+    def grown(self) -> int:
+        """The batch to sample: ``batch_size`` sessions, times the live players if the experiment asks."""
+        if not self.exp.batch_per_player:
+            return self.batch_size
+        return self.batch_size * max(1, sum(w["role"] == "player" for w in self.db.workers()))
+
+    def starved(self) -> str | None:
+        """What the next update waits for, or None when its batch is here."""
+        if self.batch is None and (stored := self.db.count_sessions().stored) < (b := self.prefetch.batch_size):
+            return f"for sessions: {stored} of {b} stored; start a player: {command('play')}"
+        self.batch = self.prefetch.get()
+        return None if self.batch is not None else "for a batch (sampling is slow, or skips corrupt or foreign records)"
+
+    def publish(self) -> None:
+        """Push what was trained since the last publication, if anything."""
+        if self.saved < self.done:
+            self.publisher.push()
+            self.saved = self.done
+
+    def step(self, pace: Pace) -> None:
+        self.exp.update_count = pace.updates()
+        metrics = self.exp.train_step(self.batch)
+        pace.count(len(self.batch["rewards"]))
+        self.done += 1
+        for k, v in (metrics or {}).items():
+            self.sums[k] = self.sums.get(k, 0.0) + float(v)
+        self.count += 1
+        if self.done % self.save_every == 0:
+            self.publish()
+
+    def report(self, every: float, pace: Pace, final: bool) -> bool:
+        """Heartbeat; every ``every`` seconds store the mean metrics. True if this trainer should stop."""
+        now, p = time.monotonic(), self.publisher
+        rate = round(self.done / (now - self.started), 1)
+        stop = self.worker.beat(updates=self.done, version=p.version, updates_per_s=rate, pushes=p.pushes,
+                                conflicts=p.conflicts)  # fmt: skip
+        if now - self.last_report < every and not final:
+            return stop
+        pace.flush()
+        self.prefetch.batch_size = self.grown()
+        means = {k: v / self.count for k, v in self.sums.items()}
+        record = {
+            "time": time.time(),
+            "updates": self.done,
+            "steps": self.db.count_sessions().added * self.exp.session_length,
+        }
+        record |= {"version": p.version, "batch": self.prefetch.batch_size, "worker": self.worker.id}
+        record |= {"push_s": round(p.seconds, 4), "pushes": p.pushes, "push_conflicts": p.conflicts, **means}
+        self.db.add_metrics("train", [record])
+        if self.on_report is not None:
+            self.on_report(means, record["steps"])
+        if now - self.last_log >= 10 or final:  # metrics every 2 s, the log every 10 s
+            shown = " ".join(f"{k} {v:.4g}" for k, v in means.items())
+            rate = self.done / (now - self.started)
+            log.info(
+                "update %d of the run (%d here, %.0f/s) params v%d %s",
+                pace.updates(),
+                self.done,
+                rate,
+                p.version,
+                shown,
+            )
+            self.last_log = now
+        self.sums, self.count, self.last_report = {}, 0, now
+        return stop
 
 
 class Prefetcher:
@@ -42,8 +171,7 @@ class Prefetcher:
     def _run(self):
         try:
             while not self.done:
-                batch = self._fetch()
-                if batch is None:
+                if (batch := self._fetch()) is None:
                     time.sleep(0.05)
                 else:
                     self.queue.put(batch)  # waits while full; close() drains the queue to end the wait
@@ -67,125 +195,3 @@ class Prefetcher:
             with contextlib.suppress(queue.Empty):
                 self.queue.get_nowait()
             self.thread.join(0.05)
-
-
-def check_layout(exp: Experiment, db: Database) -> list | None:
-    """The layout of the stored sessions (None: none known), checked against the experiment's observations."""
-    stored = db.setting("layout")
-    env = exp.make_env()
-    shape = env.observation_space.shape
-    env.close()
-    obs = next((a[2][1:] for a in stored or [] if a[0] == "observations"), None)
-    if obs is not None and shape is not None and obs != list(shape):
-        raise TinyverseError(
-            f"the sessions in prefix {db.prefix} hold observations of shape {obs}, this experiment's are "
-            f"{list(shape)}: use another --prefix, or delete them with python -m tinyverse EXP clear --del-sessions"
-        )
-    return stored
-
-
-def grown(batch_size: int, exp: Experiment, db: Database) -> int:
-    """The batch to sample: ``batch_size`` sessions, times the live players if the experiment asks."""
-    if not exp.batch_per_player:
-        return batch_size
-    return batch_size * max(1, sum(w["role"] == "player" for w in db.workers()))
-
-
-def train(
-    exp: Experiment,
-    db: Database,
-    batch_size: int = 32,
-    steps: int | None = None,
-    save_every: int = 100,
-    buffer_size: int | None = None,
-    report_every: float = 2.0,
-    logdir: str | None = None,
-    push_coef: float = 1.0,
-    sync: bool | None = None,
-    push_only: tuple[str, ...] = (),
-) -> int:
-    """Train on batches of ``batch_size`` sessions for ``steps`` updates (for ever if None).
-
-    With ``exp.batch_per_player`` a batch is ``batch_size`` times the live players.
-
-    Resumes from stored params (never overwrites them with a random init), keeps
-    the experiment's pace (:class:`~tinyverse.workers.Pace`), publishes every ``save_every`` updates,
-    when it starts to wait for players, and on SIGINT/SIGTERM, as a delta merged
-    with other trainers' (:class:`~tinyverse.params.Publisher`: ``push_coef``,
-    ``sync``, ``push_only``). ``buffer_size`` changes the capacity of the
-    database. Returns the last published version.
-    """
-    if buffer_size is not None:
-        db.set_capacity(buffer_size)
-    pace = Pace(exp, db)
-    db.layout = check_layout(exp, db)
-    publisher = Publisher(exp, db, push_coef, sync, push_only, exp.local_params)
-    version = publisher.version
-    exp.prepare_training()
-    worker = Worker(db, "trainer")
-    events = EventWriter(logdir) if logdir else None
-    done, sums, count, last_report, last_log, saved = 0, {}, 0, time.monotonic(), 0.0, 0
-    started, batch = time.monotonic(), None
-
-    def publish():  # what was trained since the last save, if anything
-        nonlocal version, saved
-        if saved < done:
-            version, saved = publisher.push(), done
-
-    def starved():
-        nonlocal batch
-        if batch is None and (stored := db.count_sessions()[0]) < (b := prefetch.batch_size):  # before the first
-            return f"for sessions: {stored} of {b} stored; start a player: python -m tinyverse EXP play"
-        batch = prefetch.get()
-        return None if batch is not None else "for a batch (sampling is slow, or skips corrupt or foreign records)"
-
-    with StopFlag() as flag:
-        prefetch = None
-        try:
-            worker.beat(force=True, updates=0, version=version, pace=pace.spec)
-            prefetch = Prefetcher(exp, db, grown(batch_size, exp, db), exp.prefetch)
-            for _ in range(steps) if steps is not None else itertools.count():
-                if not (worker.wait(flag, starved) and worker.wait(flag, pace.trainer_waits, publish)):
-                    break
-                metrics = exp.train_step(batch)
-                pace.count(len(batch["rewards"]))
-                done += 1
-                for k, v in (metrics or {}).items():
-                    sums[k] = sums.get(k, 0.0) + float(v)
-                count += 1
-                if done % save_every == 0:
-                    publish()
-                now = time.monotonic()
-                rate = round(done / (now - started), 1)
-                if worker.beat(updates=done, version=version, updates_per_s=rate, pushes=publisher.pushes,
-                               conflicts=publisher.conflicts):  # fmt: skip
-                    flag.stop = True
-                if now - last_report >= report_every or done == steps:
-                    pace.flush()
-                    prefetch.batch_size = grown(batch_size, exp, db)
-                    means = {k: v / count for k, v in sums.items()}
-                    env_steps = db.count_sessions()[1] * exp.session_length
-                    record = {"time": time.time(), "updates": done, "steps": env_steps, "version": version}
-                    record["batch"] = prefetch.batch_size
-                    record |= {"worker": worker.id, "push_s": round(publisher.seconds, 4), "pushes": publisher.pushes}
-                    record["push_conflicts"] = publisher.conflicts
-                    db.add_metrics("train", [{**record, **means}])
-                    if events:
-                        recent = [m["return"] for m in db.metrics("episodes", 20)]
-                        extra = {"return/recent_mean": float(np.mean(recent))} if recent else {}
-                        events.scalars({**{f"train/{k}": v for k, v in means.items()}, **extra}, env_steps)
-                    shown = " ".join(f"{k} {v:.4g}" for k, v in means.items())
-                    if now - last_log >= 10 or done == steps:  # metrics every 2 s, the log every 10 s
-                        log.info("update %d (%.0f/s) params v%d %s", done, done / (now - started), version, shown)
-                        last_log = now
-                    sums, count, last_report = {}, 0, now
-        finally:
-            if prefetch is not None:
-                prefetch.close()
-            if events:
-                events.close()
-            worker.leave()
-        pace.flush()
-        publish()  # a warm stop or the last step
-        log.info("stopped after %d updates; params version %d is stored", done, version)
-    return version

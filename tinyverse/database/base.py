@@ -1,14 +1,15 @@
 """The database contract that players, trainers and tools share.
 
-A backend implements the ``_primitives`` at the bottom and inherits the rest:
-encoding, decoding, removing corrupt records, waiting out an unreachable server.
-Every backend runs one conformance suite, ``tests/test_database.py``. Stored per
-namespace (``prefix``): sessions, a ring with ids 1, 2, 3, ... (an append evicts
-the oldest beyond the capacity; sampling draws ids uniformly from the stored
-range, at a cost that does not depend on how many are stored); params, with a
-version that only grows; workers, JSON heartbeats that expire; metrics, bounded
-JSON lists by kind; meta, settings and counters (capacity, options, session
-layout, trainer updates, corrupt records removed, stop requests).
+A backend implements the primitives at the bottom, each one or two native calls,
+and inherits the rest: encoding, the session layout, the capacity, removing
+corrupt records, waiting out an unreachable server, and turning the backend's
+own errors into one line. Every backend runs one conformance suite,
+``tests/test_database.py``. Stored per namespace (``prefix``): sessions, a ring
+with ids 1, 2, 3, ... (an append evicts the oldest beyond the capacity; sampling
+draws ids uniformly from the stored range, at a cost that does not depend on how
+many are stored); params, with a version that only grows; workers, JSON
+heartbeats that expire; metrics, bounded JSON lists by kind; meta, settings
+(capacity, options, session layout) and counters (trainer updates, corrupt records).
 """
 
 import json
@@ -17,12 +18,12 @@ import random
 import re
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..encoding import decode, decode_batch, encode
-from ..errors import DatabaseError, RecordError, masked
+from ..encoding import decode, decode_batch, encode, layout
+from ..errors import DatabaseError, Every, RecordError, TinyverseError, command, masked
 
 log = logging.getLogger(__name__)
 
@@ -30,20 +31,33 @@ Arrays = dict[str, np.ndarray]
 PREFIX_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 METRICS_LIMIT = 100_000  # records kept per metrics kind
 STOP_TTL = 600.0  # seconds a stop request waits for its worker
+BUDGET = 2**30  # bytes of sessions kept unless a capacity is stored: 1,000 to 10^6 sessions
+
+
+class Counts(NamedTuple):
+    stored: int  # sessions stored now (removed corrupt ones count until evicted)
+    added: int  # sessions ever added
+
+
+class Saved(NamedTuple):
+    version: int
+    time: float  # Unix time of the save
 
 
 class Database:
     """Sessions, params, workers and metrics of one namespace."""
 
+    errors: tuple[type[Exception], ...] = ()  # the backend library's errors, turned into DatabaseError
+
     def __init__(self, url: str, prefix: str = "tinyverse", retry_for: float | None = None):
         if not PREFIX_RE.match(prefix):
             raise DatabaseError(f"bad prefix {prefix!r}: use 1-64 letters, digits, '_', '.' or '-'")
         self.url, self.prefix, self.retry_for = masked(url), prefix, retry_for
-        self.layout: list | None = None  # sessions of another layout are never handed out
-        self._said: dict[str, float] = {}
+        self.layout: list | None = None  # of the sessions stored: those of another layout are never handed out
+        self.warn = Every(30.0)
 
     def _call(self, fn: Callable, *args: Any) -> Any:
-        """Run a primitive, waiting out an unreachable database with backoff."""
+        """Run a primitive, waiting out an unreachable database with backoff; backend errors become one line."""
         start, delay, warned = time.monotonic(), 0.2, False
         while True:
             try:
@@ -51,9 +65,9 @@ class Database:
                 if warned:
                     log.warning("database %s is back", self.url)
                 return result
-            except Exception as e:
+            except self.errors as e:
                 if not self._is_transient(e):
-                    raise
+                    raise DatabaseError(f"{type(self).__name__[:-8]} at {self.url}: {e} (check --db)") from None
                 if self.retry_for is not None and time.monotonic() - start >= self.retry_for:
                     raise DatabaseError(
                         f"cannot reach database {self.url} ({type(e).__name__}: {e}); "
@@ -65,27 +79,34 @@ class Database:
                 time.sleep(delay)
                 delay = min(delay * 2, 10.0)
 
-    def _warn(self, what: str, message: str, *args: Any, every: float = 30.0) -> None:
-        """Log ``message`` at most once every ``every`` seconds per ``what``."""
-        if time.monotonic() - self._said.get(what, -every) >= every:
-            self._said[what] = time.monotonic()
-            log.warning(message, *args)
-
     # -- sessions ---------------------------------------------------------------
-    def add_sessions(self, sessions: list[Arrays], capacity: int) -> None:
-        """Append sessions atomically; ``capacity`` is stored if none is stored yet."""
-        if sessions:  # SQLite's eviction reads last_insert_rowid(), which only an insert sets
-            self._call(self._add, [encode(s) for s in sessions], int(capacity))
+    def add_sessions(self, sessions: list[Arrays], capacity: int | None = None) -> None:
+        """Append sessions atomically. The first append of a process claims their layout (a prefix holds one)
+        and the capacity, unless one is stored: ``capacity``, else as many sessions as fit 1 GiB."""
+        if not sessions:
+            return
+        blobs = [encode(s) for s in sessions]
+        mine = layout(sessions[0])
+        if self.layout != mine:
+            if (stored := self.claim("layout", mine)) not in (mine, None):  # None: cleared since the claim
+                raise TinyverseError(
+                    f"prefix {self.prefix} holds sessions of another layout ({_differ(stored, mine)}): use another "
+                    f"--prefix, or delete them with {command('clear --del-sessions')}"
+                )
+            self.layout = mine
+        size = sum(np.asarray(a).nbytes for a in sessions[0].values())
+        default = capacity or int(min(10**6, max(1000, BUDGET // max(size, 1))))
+        self._call(self._add, blobs, default)
 
     def sample_batch(self, n: int) -> Arrays:
         """``n`` sessions drawn uniformly, stacked into ``{name: (k, ...)}`` arrays with ``id``.
 
         k < n when records were skipped (corrupt ones are removed for good; those of
-        another layout than ``self.layout`` are left alone); ``{}`` when none are stored.
+        another layout than the stored one are left alone); ``{}`` when none are stored.
         """
         out: list[tuple[int, bytes]] = []
         for _ in range(10):  # ids evicted or removed between reading the range and the rows are redrawn
-            lo, hi = self._call(self._range)
+            lo, hi = self.session_range()
             if hi < lo or n < 1:
                 break
             out += self._call(self._rows, [random.randint(lo, hi) for _ in range(n - len(out))])
@@ -104,35 +125,40 @@ class Database:
         return [(i, found[i]) for i in ids if i in found]
 
     def _batch(self, rows: list[tuple[int, bytes]]) -> Arrays:
+        if rows and self.layout is None:
+            self.layout = self.setting("layout")
         batch, kept, errors = decode_batch([blob for _, blob in rows], self.layout)
         if errors:
             bad = sorted({rows[j][0] for j, _ in errors})
             if removed := self._call(self._delete, bad):  # another process may have removed some first
-                self._call(self._incr_meta, "corrupt", removed)
-            self._warn("corrupt", "removed %d corrupt sessions from %s (%s)", len(bad), self.prefix, errors[0][1])
+                self.add_updates(removed, "corrupt")
+            if self.warn("corrupt"):
+                log.warning("removed %d corrupt sessions from %s (%s)", len(bad), self.prefix, errors[0][1])
         if len(kept) + len(errors) < len(rows):
-            fix = "delete them with python -m tinyverse EXP clear --del-sessions, or use another --prefix"
-            self._warn("layout", "skipped sessions of another layout in %s: %s", self.prefix, fix)
+            self.layout = None  # cleared and refilled with other sessions? the next batch reads the layout again
+            if self.warn("layout"):
+                fix = f"delete them with {command('clear --del-sessions')}, or use another --prefix"
+                log.warning("skipped sessions of another layout in %s: %s", self.prefix, fix)
         if batch:
             batch["id"] = np.array([rows[j][0] for j in kept], np.int64)
         return batch
 
     def session_range(self) -> tuple[int, int]:
         """(oldest, newest) stored id; newest < oldest when none are stored."""
-        return self._call(self._range)
+        return self._call(self._range)[:2]
 
-    def count_sessions(self) -> tuple[int, int]:
-        """(stored now, ever added); removed corrupt records count as stored until evicted."""
-        return self._call(self._count)
+    def count_sessions(self) -> Counts:
+        lo, hi, added = self._call(self._range)
+        return Counts(max(hi - lo + 1, 0), added)
 
     def set_capacity(self, capacity: int) -> None:
-        """Keep at most ``capacity`` sessions, evicting the oldest now."""
+        """Keep at most ``capacity`` sessions from now on, for every worker, evicting the oldest now."""
         if capacity < 1:
             raise DatabaseError(f"buffer size must be positive, got {capacity}")
-        old = self.capacity()
-        self._call(self._set_meta, "capacity", str(int(capacity)), False)
-        if old not in (None, capacity):
+        if (old := self.capacity()) not in (None, capacity):
             log.warning("buffer size of %s: %d sessions, was %d (for every worker)", self.prefix, capacity, old)
+        self._call(self._set_meta, "capacity", str(int(capacity)), False)
+        self._call(self._add, [], capacity)  # an append of nothing evicts
 
     def capacity(self) -> int | None:
         return None if (value := self._call(self._get_meta, "capacity")) is None else int(value)
@@ -150,12 +176,11 @@ class Database:
         except ValueError:
             raise DatabaseError(f"stored setting {key!r} in {self.prefix} is corrupt; clear --all resets it") from None
 
-    def add_updates(self, n: int) -> int:
-        """Count ``n`` more trainer updates; return the total (the pace's counter)."""
-        return self._call(self._incr_meta, "updates", int(n))
+    def add_updates(self, n: int, name: str = "updates") -> int:
+        """Add ``n`` to a counter (trainer "updates", the pace's; "corrupt" records removed); return the total."""
+        return self._call(self._incr_meta, name, int(n))
 
     def counter(self, name: str) -> int:
-        """A counter of :meth:`add_updates` ("updates") or of removed records ("corrupt")."""
         return int(self._call(self._get_meta, name) or 0)
 
     # -- params -----------------------------------------------------------------
@@ -168,27 +193,28 @@ class Database:
         exist, so a random init never overwrites trained params, and with
         ``expect`` unless the stored version is ``expect`` (a compare-and-set).
         """
-        return self._call(
-            self._save_params, encode(params), int(min_version), if_absent, -1 if expect is None else expect
-        )
+        expect = -1 if expect is None else expect
+        return self._call(self._save_params, encode(params), int(min_version), if_absent, expect)
 
     def load_params(self) -> tuple[int, Arrays] | None:
         """(version, params) or None when none are stored."""
-        found = self._call(self._load_params)
-        if found is None:
+        if (found := self._call(self._load_params)) is None:
             return None
         try:
             return found[0], decode(found[1])
         except RecordError as e:
             raise RecordError(
-                f"the stored params of {self.prefix} are {e}; delete them with python -m tinyverse EXP clear "
-                "--del-weights (a trainer then starts from a random init)"
+                f"the stored params of {self.prefix} are {e}; delete them with {command('clear --del-weights')} "
+                "(a trainer then starts from a random init)"
             ) from None
 
-    def params_version(self, saved: bool = False) -> int | None | tuple[int, float]:
-        """The stored params' version, or (version, Unix time saved) with ``saved``; None if none."""
-        found = self._call(self._params_version)
-        return found if found is None or saved else found[0]
+    def params_version(self) -> int | None:
+        """The stored params' version; None if none are stored."""
+        return None if (found := self.params_saved()) is None else found.version
+
+    def params_saved(self) -> Saved | None:
+        """The stored params' version and when they were saved; None if none are stored."""
+        return None if (found := self._call(self._params_version)) is None else Saved(*found)
 
     # -- workers ----------------------------------------------------------------
     def heartbeat(self, worker_id: str, info: dict, ttl: float = 10.0) -> None:
@@ -219,11 +245,17 @@ class Database:
             return []
         return [json.loads(s) for s in self._call(self._metrics, kind, int(last))]
 
+    def recent_returns(self, last: int = 20, since: float = 0.0) -> list[float]:
+        """The returns of the last ``last`` episodes played (those that ended after Unix time ``since``)."""
+        return [m["return"] for m in self.metrics("episodes", last) if m["time"] > since]
+
     # -- housekeeping -----------------------------------------------------------
     def clear(self, sessions=False, params=False, workers=False, metrics=False) -> None:
         """Delete what is asked; sessions take their layout along, everything takes the settings too."""
         what = {k for k, v in locals().items() if v is True}
         self._call(self._clear, what)
+        if "sessions" in what:
+            self.layout = None
 
     def namespaces(self) -> list[str]:
         """Prefixes used in this database (some may hold no data: check before listing them)."""
@@ -234,11 +266,10 @@ class Database:
 
     # -- what a backend implements: every one, each in one or two native calls ---
     def _is_transient(self, error: Exception) -> bool: ...  # server down, database locked: worth waiting out
-    def _add(self, blobs: list[bytes], capacity: int) -> None: ...
-    def _range(self) -> tuple[int, int]: ...
+    def _add(self, blobs: list[bytes], capacity: int) -> None: ...  # capacity: stored if none is; then evict
+    def _range(self) -> tuple[int, int, int]: ...  # oldest and newest stored id, sessions ever added
     def _get(self, ids: list[int]) -> dict[int, bytes]: ...
     def _delete(self, ids: list[int]) -> int: ...  # how many were there
-    def _count(self) -> tuple[int, int]: ...
     def _set_meta(self, key: str, value: str | None, if_absent: bool) -> None: ...  # None: delete
     def _get_meta(self, key: str) -> str | None: ...
     def _incr_meta(self, key: str, n: int) -> int: ...
@@ -252,3 +283,12 @@ class Database:
     def _metrics(self, kind: str, last: int) -> list[str]: ...
     def _clear(self, what: set[str]) -> None: ...
     def _namespaces(self) -> list[str]: ...
+
+
+def _differ(stored: list, mine: list) -> str:
+    """The first array whose name, dtype or shape differs between two layouts, in words."""
+    theirs, ours = {a[0]: a[1:] for a in stored}, {a[0]: a[1:] for a in mine}
+    for name in sorted(theirs.keys() | ours.keys()):
+        if theirs.get(name) != ours.get(name):
+            return f"{name}: stored {theirs.get(name) or 'none'}, this experiment records {ours.get(name) or 'none'}"
+    return "same arrays in another order"

@@ -19,19 +19,19 @@ from .base import Database
 NAMESPACES = "tinyverse:namespaces"
 EVERYTHING = {"sessions", "params", "workers", "metrics"}
 
-# append ARGV[4..] and evict beyond the capacity, stored unless one is (or ARGV[3] == '1': set it); one HSET and
-# one HDEL a round (in chunks: Lua's unpack takes a few thousand values), not one call a session
+# append ARGV[3..] and evict beyond the capacity, ARGV[1] stored unless one is; one INCRBY, HSET and HDEL a round
+# (in chunks: Lua's unpack takes a few thousand values), not one call a session
 ADD = """
 redis.call('SADD', KEYS[5], ARGV[2])
 local cap = tonumber(redis.call('HGET', KEYS[4], 'capacity'))
-if ARGV[3] == '1' or not cap then cap = tonumber(ARGV[1]); redis.call('HSET', KEYS[4], 'capacity', cap) end
-local n = #ARGV - 3
+if not cap then cap = tonumber(ARGV[1]); redis.call('HSET', KEYS[4], 'capacity', cap) end
+local n = #ARGV - 2
 local id = tonumber(redis.call('GET', KEYS[2]) or '0')
 if n > 0 then
   id = redis.call('INCRBY', KEYS[2], n)
   for s = 0, n - 1, 1000 do
     local fields = {}
-    for i = s, math.min(s + 999, n - 1) do fields[#fields + 1] = id - n + 1 + i; fields[#fields + 1] = ARGV[4 + i] end
+    for i = s, math.min(s + 999, n - 1) do fields[#fields + 1] = id - n + 1 + i; fields[#fields + 1] = ARGV[3 + i] end
     redis.call('HSET', KEYS[1], unpack(fields))
   end
 end
@@ -51,6 +51,8 @@ redis.call('SET', KEYS[3], tonumber(redis.call('GET', KEYS[2]) or '0') + 1)
 
 
 class RedisDatabase(Database):
+    errors = (redis.RedisError,)
+
     def __init__(self, url: str, prefix: str = "tinyverse", retry_for: float | None = None):
         super().__init__(url, prefix, retry_for)
         url, replica = _replica(url)
@@ -78,7 +80,7 @@ class RedisDatabase(Database):
         )
 
     def _add(self, blobs, capacity):
-        self.scripts["add"](keys=[*self.ring, NAMESPACES], args=[capacity, self.prefix, 0, *blobs])
+        self.scripts["add"](keys=[*self.ring, NAMESPACES], args=[capacity, self.prefix, *blobs])
 
     def _get(self, ids):
         return {i: b for i, b in zip(ids, self.r.hmget(self.k["sessions"], ids), strict=True) if b is not None}
@@ -86,19 +88,13 @@ class RedisDatabase(Database):
     def _delete(self, ids):
         return self.r.hdel(self.k["sessions"], *ids)
 
-    def _range(self) -> tuple[int, int]:
+    def _range(self):
         lo, hi = self.r.mget(self.k["lo"], self.k["seq"])
-        return int(lo or 1), int(hi or 0)
-
-    def _count(self):
-        lo, hi = self._range()
-        return max(hi - lo + 1, 0), hi
+        return int(lo or 1), int(hi or 0), int(hi or 0)
 
     def _set_meta(self, key, value, if_absent):
         if value is None:
             self.r.hdel(self.k["meta"], key)
-        elif key == "capacity" and not if_absent:
-            self.scripts["add"](keys=[*self.ring, NAMESPACES], args=[value, self.prefix, 1])
         else:
             (self.r.hsetnx if if_absent else self.r.hset)(self.k["meta"], key, value)
 

@@ -26,6 +26,8 @@ TABLES = {
 
 
 class SQLiteDatabase(Database):
+    errors = (sqlite3.Error,)
+
     def _is_transient(self, e):
         return isinstance(e, sqlite3.OperationalError) and ("locked" in str(e) or "busy" in str(e))
 
@@ -45,7 +47,7 @@ class SQLiteDatabase(Database):
             raise DatabaseError(f"cannot open SQLite database {self.path} ({e}); check the --db path") from None
 
     @property
-    def db(self) -> sqlite3.Connection:
+    def conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
             conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
@@ -57,7 +59,7 @@ class SQLiteDatabase(Database):
     @contextlib.contextmanager
     def _write(self):
         """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on error."""
-        db = self.db
+        db = self.conn
         db.execute("BEGIN IMMEDIATE")
         try:
             yield db
@@ -67,16 +69,11 @@ class SQLiteDatabase(Database):
             raise
         db.execute("COMMIT")
 
-    def _call(self, fn, *args):
-        try:
-            return super()._call(fn, *args)
-        except sqlite3.DatabaseError as e:  # not transient: a corrupt file, a vanished directory
-            raise DatabaseError(f"SQLite database {self.path}: {e}") from None
-
     def _range(self):
         s = self.t["sessions"]  # two subqueries: one min(id), max(id) statement scans the table
-        lo, hi = self.db.execute(f"SELECT (SELECT min(id) FROM {s}), (SELECT max(id) FROM {s})").fetchone()
-        return (1, 0) if lo is None else (lo, hi)
+        lo, hi = self.conn.execute(f"SELECT (SELECT min(id) FROM {s}), (SELECT max(id) FROM {s})").fetchone()
+        seq = self.conn.execute("SELECT seq FROM sqlite_sequence WHERE name = ?", (s[1:-1],)).fetchone()
+        return (1, 0, seq[0] if seq else 0) if lo is None else (lo, hi, seq[0])
 
     def _add(self, blobs, capacity):
         with self._write() as db:
@@ -91,18 +88,12 @@ class SQLiteDatabase(Database):
 
     def _get(self, ids):
         sql = f"SELECT id, data FROM {self.t['sessions']} WHERE id IN ({','.join('?' * len(ids))}) AND data != x''"
-        return dict(self.db.execute(sql, ids).fetchall())
+        return dict(self.conn.execute(sql, ids).fetchall())
 
     def _delete(self, ids):  # an empty record stands in until evicted: the stored range, and so the count, stay
         with self._write() as db:
             sql = f"UPDATE {self.t['sessions']} SET data = x'' WHERE id IN ({','.join('?' * len(ids))}) AND data != x''"
             return db.execute(sql, ids).rowcount
-
-    def _count(self):
-        lo, hi = self._range()
-        seq = self.db.execute("SELECT seq FROM sqlite_sequence WHERE name = ?", (self.t["sessions"][1:-1],))
-        added = (seq.fetchone() or (0,))[0]
-        return hi - lo + 1, added
 
     def _set_meta(self, key, value, if_absent):
         with self._write() as db:
@@ -111,11 +102,9 @@ class SQLiteDatabase(Database):
                 return
             verb = "IGNORE" if if_absent else "REPLACE"
             db.execute(f"INSERT OR {verb} INTO {self.t['meta']} VALUES (?, ?)", (key, value))
-            if key == "capacity":  # evict at once, not only on the next append
-                self._evict(db)
 
     def _get_meta(self, key):
-        row = self.db.execute(f"SELECT value FROM {self.t['meta']} WHERE key = ?", (key,)).fetchone()
+        row = self.conn.execute(f"SELECT value FROM {self.t['meta']} WHERE key = ?", (key,)).fetchone()
         return None if row is None else row[0]
 
     def _incr_meta(self, key, n):
@@ -134,10 +123,10 @@ class SQLiteDatabase(Database):
             return version
 
     def _load_params(self):
-        return self.db.execute(f"SELECT version, data FROM {self.t['params']}").fetchone()
+        return self.conn.execute(f"SELECT version, data FROM {self.t['params']}").fetchone()
 
     def _params_version(self):
-        return self.db.execute(f"SELECT version, time FROM {self.t['params']}").fetchone()
+        return self.conn.execute(f"SELECT version, time FROM {self.t['params']}").fetchone()
 
     def _heartbeat(self, worker_id, info, ttl):
         with self._write() as db:
@@ -148,7 +137,7 @@ class SQLiteDatabase(Database):
 
     def _workers(self):
         sql = f"SELECT info FROM {self.t['workers']} WHERE expires >= ? ORDER BY id"
-        return [r[0] for r in self.db.execute(sql, (time.time(),))]
+        return [r[0] for r in self.conn.execute(sql, (time.time(),))]
 
     def _remove_worker(self, worker_id):
         with self._write() as db:
@@ -165,7 +154,7 @@ class SQLiteDatabase(Database):
 
     def _metrics(self, kind, last):
         sql = f"SELECT data FROM (SELECT id, data FROM {self.t['metrics']} WHERE kind = ? ORDER BY id DESC LIMIT ?)"
-        return [r[0] for r in self.db.execute(sql + " ORDER BY id", (kind, last))]
+        return [r[0] for r in self.conn.execute(sql + " ORDER BY id", (kind, last))]
 
     def _clear(self, what):
         with self._write() as db:
@@ -178,7 +167,7 @@ class SQLiteDatabase(Database):
                 db.execute("DELETE FROM sqlite_sequence WHERE name = ?", (self.t["sessions"][1:-1],))
 
     def _namespaces(self):
-        rows = self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE '%:params'")
+        rows = self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE '%:params'")
         return [r[0].rsplit(":", 1)[0] for r in rows]
 
     def close(self):

@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from .errors import TinyverseError, masked
-from .workers import PARENT, PLACE
+from ..errors import TinyverseError, masked
+from ..workers import PARENT, PLACE
 
 log = logging.getLogger(__name__)
 # shipped with the experiment's folder: never the caches, databases and videos that pile up beside it

@@ -8,7 +8,7 @@ env steps, or once the recent mean return reaches a target. Children run in
 sessions of their own (a terminal's Ctrl-C reaches only ``run``, which stops
 them once) and stop by themselves when ``run`` dies, even by kill -9. With
 ``--ray`` the same supervision drives Ray tasks on a cluster's nodes instead
-(``tinyverse.raycluster``).
+(``tinyverse.ops.ray``).
 """
 
 import logging
@@ -19,24 +19,25 @@ import sys
 import tempfile
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from .database import Database
-from .errors import TinyverseError
-from .experiment import Experiment
-from .workers import PARENT, StopFlag
+from ..database import Database
+from ..errors import TinyverseError
+from ..workers import PARENT, StopFlag
+from .monitor import progress
 
 log = logging.getLogger(__name__)
 CRASH_WINDOW = 120.0  # crashes older than this are forgiven
 
 
 def spawn_local(argv: list[str], env: dict[str, str], logfile: Path) -> subprocess.Popen:
-    """Start one worker on this machine, its output appended to ``logfile``."""
+    """Start ``python -m tinyverse ARGV`` on this machine, its output appended to ``logfile``."""
     with open(logfile, "ab") as out:  # a session of its own: a terminal's Ctrl-C reaches only run
         io = dict(stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        return subprocess.Popen(argv, env=env, start_new_session=True, **io)
+        return subprocess.Popen([sys.executable, "-m", "tinyverse", *argv], env=env, start_new_session=True, **io)
 
 
 class Child:
@@ -99,83 +100,55 @@ class Child:
                 self.proc.wait()
 
 
-def status_line(db: Database, T: int, start_steps: int, started: float) -> tuple[str, int]:
-    """One line of progress, and the env steps of this run."""
-    stored, added = db.count_sessions()
-    steps = added * T - start_steps
-    returns = [m["return"] for m in db.metrics("episodes", 20)]
-    train = db.metrics("train", 1)
-    rate = steps / max(time.monotonic() - started, 1e-9)
-    parts = [f"env steps {steps:,} ({rate:,.0f}/s)", f"sessions {stored:,}", f"params v{db.params_version() or 0}"]
-    if returns:
-        parts.append(f"return {np.mean(returns):.1f} (last {len(returns)})")
-    if train and "loss" in train[-1]:
-        parts.append(f"loss {train[-1]['loss']:.4g}")
-    return " | ".join(parts), steps
+def fleet(experiment: str, prefix: str, options: list[tuple[str, str]], players: int, trainers: int,
+          play_batch: int, train_batch: int, sync: bool | None, push_coef: float = 1.0,
+          ) -> list[tuple[str, list[str], int, int]]:  # fmt: skip
+    """(name, argv after ``python -m tinyverse``, index, count) of each worker: what a user would type."""
+    shared = ["--prefix", prefix, "-q", *(f"--set={k}={v}" for k, v in options)]
+    train = [experiment, "train", "-b", str(train_batch), "--push-coef", str(push_coef), *shared]
+    train += [] if sync is None else ["--sync" if sync else "--no-sync"]
+    play = [experiment, "play", "-b", str(play_batch), *shared]
+    return [(f"trainer-{i}", train, i, trainers) for i in range(trainers)] + [
+        (f"player-{i}", play, i, players) for i in range(players)
+    ]
 
 
 def run_fleet(
-    exp: Experiment,
     db: Database,
-    base_argv: list[str],
-    players: int = 1,
-    trainers: int = 1,
-    play_args: list[str] = (),
-    train_args: list[str] = (),
+    workers: list[tuple[str, list[str], int, int]],
+    session_length: int,
     max_steps: int | None = None,
     target_return: float | None = None,
     max_crashes: int = 5,
-    log_every: float = 20.0,
     spawn=spawn_local,
+    judge: Callable[[], float] | None = None,
 ) -> str:
-    """Supervise the fleet until stopped; return why it stopped.
+    """Start ``workers`` (from :func:`fleet`), supervise them until a stop condition, stop them; say why it stopped.
 
     ``spawn(argv, env, logfile)`` starts one worker and returns what ``subprocess.Popen``
-    would (poll, terminate, wait, kill): a local process, or a Ray task (tinyverse.raycluster).
+    would (poll, terminate, wait, kill): a local process, or a Ray task (:mod:`tinyverse.ops.ray`).
+    With ``judge`` (a greedy eval's mean return), ``target_return`` is held against it instead of
+    the training episodes' mean, at most every 30 s.
     """
     logdir = Path(tempfile.mkdtemp(prefix=f"tinyverse-{db.prefix}-"))
-    roles = (("trainer", "train", train_args, trainers), ("player", "play", play_args, players))
-    children = [
-        Child(f"{role}-{i}", [*base_argv, mode, *args], logdir, max_crashes, i, n, spawn)
-        for role, mode, args, n in roles
-        for i in range(n)
-    ]
-    since = db.metrics("episodes", 1)
-    seen_time = since[-1]["time"] if since else 0.0  # the target counts only this run's episodes
-    start_steps = db.count_sessions()[1] * exp.session_length
-    started, shown, reason = time.monotonic(), 0.0, "interrupted"
-    tty = sys.stderr.isatty()
-    log.info("starting %d players and %d trainers; their logs go to %s until they stop", players, trainers, logdir)
+    children = [Child(name, argv, logdir, max_crashes, i, n, spawn) for name, argv, i, n in workers]
+    log.info("starting %d workers; their logs go to %s until they stop", len(children), logdir)
+    watch, reason = Watch(db, session_length, max_steps, target_return, judge), None
     with StopFlag() as flag:
         try:
             for child in children:
                 child.start()
-            while not flag.stop:
+            while not flag.stop and reason is None:
                 time.sleep(0.5)
                 for child in children:
                     child.check()
-                if all(child.finished for child in children):
-                    reason = "every worker exited by itself"
-                    break
-                line, steps = status_line(db, exp.session_length, start_steps, started)
-                if tty:
-                    print(f"\r{line}\033[K", end="", file=sys.stderr, flush=True)
-                elif time.monotonic() - shown >= log_every:
-                    log.info("%s", line)
-                    shown = time.monotonic()
-                fresh = [m["return"] for m in db.metrics("episodes", 20) if m["time"] > seen_time]
-                if target_return is not None and len(fresh) >= 20 and np.mean(fresh) >= target_return:
-                    reason = f"recent mean return {np.mean(fresh):.1f} reached the target {target_return}"
-                    break  # checked first: a run that reached its target says so, even at its step limit
-                if max_steps is not None and steps >= max_steps:
-                    reason = f"reached {steps:,} env steps"
-                    break
+                reason = "every worker exited by itself" if all(c.finished for c in children) else watch.check()
         except TinyverseError:
             reason = "a worker kept crashing"
             raise
         finally:
-            if tty:
-                print(file=sys.stderr)
+            watch.close()
+            reason = reason or "interrupted"
             log.info("stopping the fleet (%s)", reason)
             for child in children:
                 child.terminate()
@@ -184,3 +157,41 @@ def run_fleet(
             if reason != "a worker kept crashing":  # its output was shown; keep the logs only then
                 shutil.rmtree(logdir, ignore_errors=True)
     return reason
+
+
+class Watch:
+    """The run's progress line and its stop conditions, counted from the start of this run."""
+
+    def __init__(self, db: Database, T: int, max_steps: int | None, target: float | None, judge=None, every=20.0):
+        self.db, self.T, self.max_steps, self.target, self.every = db, T, max_steps, target, every
+        self.judge, self.judged = judge, time.monotonic()
+        last = db.metrics("episodes", 1)
+        self.since = last[-1]["time"] if last else 0.0  # the target counts only this run's episodes
+        self.start_steps, self.started, self.shown = db.count_sessions().added * T, time.monotonic(), 0.0
+        self.tty = sys.stderr.isatty()
+
+    def check(self) -> str | None:
+        """Show progress; why the run should stop, or None."""
+        steps = self.db.count_sessions().added * self.T - self.start_steps
+        rate = steps / max(time.monotonic() - self.started, 1e-9)
+        line = " | ".join([f"env steps {steps:,} ({rate:,.0f}/s)", *progress(self.db)])
+        if self.tty:
+            print(f"\r{line}\033[K", end="", file=sys.stderr, flush=True)
+        elif time.monotonic() - self.shown >= self.every:
+            log.info("%s", line)
+            self.shown = time.monotonic()
+        if self.judge is not None and self.target is not None and time.monotonic() - self.judged >= 30:
+            score, self.judged = self.judge(), time.monotonic()
+            log.info("greedy eval: mean return %.1f (target %g)", score, self.target)
+            if score >= self.target:
+                return f"greedy eval's mean return {score:.1f} reached the target {self.target}"
+        fresh = self.db.recent_returns(20, self.since)
+        if self.judge is None and self.target is not None and len(fresh) >= 20 and np.mean(fresh) >= self.target:
+            return f"recent mean return {np.mean(fresh):.1f} reached the target {self.target}"  # before the limit
+        if self.max_steps is not None and steps >= self.max_steps:
+            return f"reached {steps:,} env steps"
+        return None
+
+    def close(self) -> None:
+        if self.tty:
+            print(file=sys.stderr)

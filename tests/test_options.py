@@ -1,0 +1,111 @@
+"""Options a user can see, runs a mistake cannot poison, hints that name the real command: from the user's side."""
+
+import textwrap
+
+from conftest import ROOT, run_cli
+
+from tinyverse.database import connect
+
+FAKE = ROOT / "tests" / "fake_experiment.py"
+
+
+def error_line(proc) -> str:
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def test_help_lists_the_options_with_type_default_stored_value_and_docstring(tmp_path):
+    url = f"sqlite:///{tmp_path / 'run.db'}"
+    before = run_cli(FAKE, "play", "--help", "--db", url).stdout
+    assert "options of" in before and "w_rows=4 (int): rows of w: 5 makes params of another shape" in before
+    assert "max_steps=None (int | None): episode step limit" in before
+    run_cli(FAKE, "play", "-n", "1", "-q", "--db", url, "--set", "w_rows=5")
+    after = run_cli(FAKE, "train", "--help", "--db", url).stdout
+    assert "w_rows=4 (int, stored 5): rows of w" in after, after
+    info = run_cli(FAKE, "info", "--db", url).stdout
+    assert "option    w_rows=4 (int, stored 5)" in info, info
+
+
+def test_a_failed_start_leaves_the_namespace_as_it_was(tmp_path):
+    """A bad --set that fails in make_env stores nothing: the corrected command just works."""
+    url = f"sqlite:///{tmp_path / 'run.db'}"
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT / "tests")!r})
+        import gymnasium as gym
+        from fake_experiment import Args, FakeExperiment, make_experiment as make
+
+        class Env(FakeExperiment):
+            def make_env(self, render_mode=None):
+                return gym.make("CartPole-v1" if self.epsilon < 0.5 else "CartPole-v9")
+
+        def make_experiment(db, args: Args):
+            import dataclasses
+            return Env(db, **dataclasses.asdict(args))
+        """)
+    )
+    line = error_line(run_cli(bad, "play", "-n", "1", "--db", url, "--prefix", "badenv", "--set", "epsilon=0.9",
+                              check=False))  # fmt: skip
+    assert "make_env failed: VersionNotFound" in line and "v9" in line
+    db = connect(url, "badenv", retry_for=5)
+    assert db.setting("options") is None and db.params_version() is None, "nothing stored by a failed start"
+    run_cli(bad, "play", "-n", "1", "-q", "--db", url, "--prefix", "badenv", "--set", "epsilon=0.1")
+    assert db.setting("options")["epsilon"] == 0.1 and db.count_sessions().added == 2
+    info = run_cli(bad, "info", "--db", url, "--prefix", "badenv").stdout
+    assert "epsilon=0.1" in info
+
+
+def test_a_conflict_names_the_real_command_with_its_prefix(tmp_path):
+    url = f"sqlite:///{tmp_path / 'run.db'}"
+    run_cli(FAKE, "play", "-n", "1", "-q", "--db", url, "--prefix", "mine", "--set", "w_rows=5")
+    line = error_line(run_cli(FAKE, "play", "-n", "1", "--db", url, "--prefix", "mine", "--set", "w_rows=4",
+                              check=False))  # fmt: skip
+    assert "option w_rows=4 conflicts with w_rows=5, stored in prefix mine" in line
+    assert f"python -m tinyverse {FAKE} clear --all --prefix mine" in line and "EXP " not in line
+
+
+def test_info_shows_the_options_without_data_and_the_command_to_start(tmp_path):
+    url = f"sqlite:///{tmp_path / 'run.db'}"
+    run_cli(FAKE, "play", "-n", "1", "-q", "--db", url, "--set", "epsilon=0.3")
+    db = connect(url, "fake_experiment", retry_for=5)
+    db.clear(sessions=True, params=True, metrics=True)
+    assert db.params_version() is None and db.count_sessions().stored == 0
+    info = run_cli(FAKE, "info", "--db", url, "--prefix", "fake_experiment").stdout
+    assert "options   " in info and "epsilon=0.3" in info, info
+    empty = run_cli(FAKE, "info", "--db", url, "--prefix", "other").stdout
+    assert f"empty: start a player with python -m tinyverse {FAKE} play --prefix other" in empty, empty
+
+
+def test_edited_defaults_are_said_in_one_line(tmp_path):
+    url = f"sqlite:///{tmp_path / 'run.db'}"
+    exp = tmp_path / "mine.py"
+    source = (ROOT / "tests" / "fake_experiment.py").read_text()
+    exp.write_text(source)
+    run_cli(exp, "play", "-n", "1", "-q", "--db", url)
+    exp.write_text(source.replace("epsilon: float = 0.1", "epsilon: float = 0.25"))
+    proc = run_cli(exp, "play", "-n", "1", "--db", url)
+    said = [line for line in proc.stderr.splitlines() if "defaults changed" in line]
+    assert len(said) == 1 and "epsilon: default now 0.25, stored 0.1" in said[0], proc.stderr
+    assert connect(url, "mine", retry_for=5).setting("options")["epsilon"] == 0.1, "the stored one is used"
+
+
+def test_a_missing_hook_is_one_line(tmp_path):
+    exp = tmp_path / "partial.py"
+    exp.write_text(
+        textwrap.dedent("""
+        import tinyverse
+
+        class Partial(tinyverse.Experiment):
+            def act(self, observations, memory, greedy=False):
+                return observations[:, 0] > 0, memory
+
+        def make_experiment(db):
+            return Partial(db)
+        """)
+    )
+    line = error_line(run_cli(exp, "play", "-n", "1", "--db", f"sqlite:///{tmp_path / 'x.db'}", check=False))
+    assert "does not define get_params, make_env, set_params, train_step" in line, line

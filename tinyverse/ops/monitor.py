@@ -1,0 +1,132 @@
+"""Watching training: ``info`` (the dashboard), ``plot`` (learning curves), ``train --logdir`` (TensorBoard files)."""
+
+import time
+
+import numpy as np
+
+from ..database import Database
+from ..errors import TinyverseError, command
+
+
+def _age(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def progress(db: Database) -> list[str]:
+    """The run at a glance: sessions, params version, recent return, loss (for run's progress line)."""
+    parts = [f"sessions {db.count_sessions().stored:,}", f"params v{db.params_version() or 0}"]
+    if returns := db.recent_returns(20):
+        parts.append(f"return {np.mean(returns):.1f} (last {len(returns)})")
+    if (train := db.metrics("train", 1)) and "loss" in train[-1]:
+        parts.append(f"loss {train[-1]['loss']:.4g}")
+    return parts
+
+
+def info_text(db: Database, last: int = 100) -> str:
+    """The dashboard of one namespace as text."""
+    (stored, added), workers, saved = db.count_sessions(), db.workers(), db.params_saved()
+    lines, now, options = [f"[{db.prefix}] {db.url}"], time.time(), db.setting("options")
+    lines += ["  options   " + ", ".join(f"{k}={v}" for k, v in options.items())] if options else []
+    if not (added or saved or workers):
+        return "\n".join(lines + [f"  empty: start a player with {command('play')}"])
+    corrupt = db.counter("corrupt")
+    lines.insert(1, f"  sessions  {stored:,} stored of {db.capacity() or 0:,} capacity, {added:,} ever added")
+    lines[1] += f", {corrupt:,} corrupt removed" if corrupt else ""
+    lines.append(
+        "  params    " + ("none" if saved is None else f"version {saved.version}, saved {_age(now - saved.time)} ago")
+    )
+    pace = next((w["pace"] for w in workers if w.get("pace")), None)
+    if pace and pace["updates_per_step"]:
+        updates, played = db.counter("updates"), max(0, added * pace["session_length"] - pace["learning_starts"])
+        lines.append(
+            f"  pace      target {pace['updates_per_step']:g} updates an env step (after {pace['learning_starts']:,}, "
+            f"slack {pace['pace_slack']:,}), actual {f'{updates / played:.3g}' if played else '-'} "
+            f"({updates:,} updates)"
+        )
+    lines += [_worker_line(w, saved, now) for w in workers] or ["  workers   none alive"]
+    if returns := db.recent_returns(last):
+        r = np.array(returns)
+        lines.append(f"  returns   last {len(r)}: mean {r.mean():.1f}, min {r.min():.1f}, max {r.max():.1f}")
+    latest = {}  # each trainer's latest metrics
+    for m in db.metrics("train", 200):
+        latest[m.get("worker")] = m
+    for m in latest.values():
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in m.items() if k not in ("time", "version", "steps", "worker"))
+        lines.append(f"  training  {shown} ({_age(now - m['time'])} ago)")
+    return "\n".join(lines)
+
+
+def _worker_line(w: dict, saved, now: float) -> str:
+    player = w["role"] == "player"
+    rate = f"{w.get('steps_per_s', 0):,.0f} steps/s" if player else f"{w.get('updates_per_s', 0):,.1f} updates/s"
+    used = f"  params v{w['version']}" if w.get("version") is not None else ""
+    used += f", lag {saved.version - w['version']}" if used and saved is not None else ""  # staleness
+    used += f"  {w['pushes']:,} pushes, {w.get('conflicts', 0):,} races lost" if w.get("pushes") else ""
+    used += f"  waiting {w['waiting']}" if w.get("waiting") else ""
+    where = f"{w['host']} pid {w['pid']}" + (f" on {w['place']}" if w.get("place") else "")
+    return f"  {w['role']:<8}  {where}  up {_age(now - w['started'])}  {rate}{used}"
+
+
+def plot(db: Database, path: str) -> None:
+    """Draw return vs env steps, return vs wall time, and trainer loss into a PNG."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise TinyverseError("plot needs matplotlib: pip install 'tinyverse[plot]'") from None
+    episodes, train = db.metrics("episodes"), db.metrics("train")
+    if not episodes:
+        raise TinyverseError(f"no episode returns stored under prefix {db.prefix!r}: play first, or check --prefix")
+    steps = np.array([m["steps"] for m in episodes])
+    returns = np.array([m["return"] for m in episodes])
+    seconds = np.array([m["time"] for m in episodes]) - episodes[0]["time"]
+    unit = 60 if seconds[-1] > 300 else 1
+    smooth = np.convolve(returns, np.ones(k := min(20, len(returns))) / k, mode="valid")
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for ax, x, label in (
+        (axes[0], steps, "env steps"),
+        (axes[1], seconds / unit, f"wall time ({'minutes' if unit == 60 else 'seconds'})"),
+    ):
+        ax.plot(x, returns, ".", alpha=0.3, label="episode")
+        ax.plot(x[k - 1 :], smooth, label=f"mean of {k}")
+        ax.set(xlabel=label, ylabel="return")
+        ax.legend()
+    if losses := [(m["updates"], m["loss"]) for m in train if "loss" in m]:
+        axes[2].plot(*zip(*losses, strict=True), ".-")
+        axes[2].set(
+            xlabel="trainer updates", ylabel="loss", yscale="log" if min(v for _, v in losses) > 0 else "linear"
+        )
+    axes[2].set_title("" if losses else "no trainer loss stored")
+    fig.suptitle(f"{db.prefix}: {len(returns)} episodes")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+class EventWriter:
+    """Scalars for TensorBoard, written by tensorboardX (pip install 'tinyverse[tensorboard]')."""
+
+    def __init__(self, logdir: str, db: Database | None = None):
+        self.db = db
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError:
+            raise TinyverseError("--logdir needs tensorboardX: pip install 'tinyverse[tensorboard]'") from None
+        self.writer = SummaryWriter(logdir)
+
+    def scalars(self, values: dict[str, float], step: int) -> None:
+        for tag, v in values.items():
+            self.writer.add_scalar(tag, v, step)
+        self.writer.flush()
+
+    def report(self, metrics: dict[str, float], env_steps: int) -> None:
+        """A trainer's report: its mean metrics, and the mean of the recent returns, against env steps."""
+        recent = self.db.recent_returns(20) if self.db is not None else []
+        extra = {"return/recent_mean": float(np.mean(recent))} if recent else {}
+        self.scalars({**{f"train/{k}": v for k, v in metrics.items()}, **extra}, env_steps)
+
+    def close(self) -> None:
+        self.writer.close()
