@@ -1,0 +1,53 @@
+"""n-step transitions from a batch of sessions, for value-based learners (NumPy only).
+
+    t = nstep_transitions(batch, n=3, gamma=0.99)
+    target = t.returns + t.discounts * max_a Q(t.next_observations, a)   # (B, T)
+    loss = (Q(t.observations, t.actions) - target) ** 2
+
+The return of tick t sums the rewards of ticks t .. t+m-1, where m <= n stops
+early where the episode ends or the session does. A terminated episode is not
+bootstrapped (discount 0); a truncated one is, from its final observation.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+
+
+class Transitions(NamedTuple):
+    observations: np.ndarray  # (B, T, ...) what the agent saw at each tick
+    actions: np.ndarray  # (B, T, ...)
+    returns: np.ndarray  # (B, T) float32: sum of gamma^k r[t+k] over the m ticks
+    next_observations: np.ndarray  # (B, T, ...) where to bootstrap from
+    discounts: np.ndarray  # (B, T) float32: gamma^m, 0 after a termination
+    next_index: np.ndarray  # (B, T) t+m: next_observations is observations[:, t+m]; -1: a final observation
+
+
+def nstep_transitions(batch: dict[str, np.ndarray], n: int = 1, gamma: float = 0.99) -> Transitions:
+    """The n-step transition of every tick of a batch as ``train_step`` receives it."""
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    obs, final, rewards = batch["observations"], batch["final_observations"], batch["rewards"]
+    terminated = batch["terminated"].astype(bool)
+    ended = terminated | batch["truncated"].astype(bool)
+    B, T = rewards.shape
+    t = np.arange(T)
+    returns, discounts = np.zeros((B, T), np.float32), np.zeros((B, T), np.float32)
+    following, index = np.zeros_like(final), np.full((B, T), -1)
+    live = np.ones((B, T), bool)
+    for k in range(n):
+        i = np.minimum(t + k, T - 1)  # the tick summed at step k (clipped where the window left the session)
+        step = live & (t + k < T)
+        returns += np.where(step, np.float32(gamma**k) * rewards[:, i], 0)
+        stop = step & (ended[:, i] | (k == n - 1) | (t + k == T - 1))
+        discounts = np.where(stop, np.where(terminated[:, i], 0, gamma ** (k + 1)), discounts)
+        after = np.where(_expand(ended[:, i], obs), final[:, i], obs[:, i + 1])
+        following = np.where(_expand(stop, obs), after, following)
+        index = np.where(stop, np.where(ended[:, i], -1, i + 1), index)
+        live &= ~stop
+    return Transitions(obs[:, :T], batch["actions"], returns, following, discounts.astype(np.float32), index)
+
+
+def _expand(mask: np.ndarray, like: np.ndarray) -> np.ndarray:
+    """``mask`` (B, T) with trailing axes to broadcast against ``like`` (B, T, ...)."""
+    return mask.reshape(mask.shape + (1,) * (like.ndim - 2))
