@@ -1,20 +1,4 @@
-"""The experiment: everything a user writes, behind a NumPy-only interface.
-
-An experiment module defines ``make_experiment(db[, args: Args])`` returning an
-:class:`Experiment`; players and trainers call it like this::
-
-    exp = make_experiment(db, args)              # players and trainers alike
-    memory = exp.initial_memory(B)
-    actions, memory = exp.act(observations, memory)          # player, exploring
-    exp.prepare_training()                       # trainer only: optimizers etc.
-    metrics = exp.train_step(batch)              # batch[key][b] = session b
-    db.save_params(exp.get_params())             # ... and on the other side
-    exp.set_params(params)
-
-Hooks return promptly: the loops own the pace (``updates_per_step``,
-``learning_starts``, ``pace_slack``: :mod:`tinyverse.pace`). Options, the fields
-of the dataclass ``Args``, come from ``--set name=value`` (:mod:`tinyverse.options`).
-"""
+"""The experiment contract: the hooks a user writes (:class:`Experiment`) and the loader of their file."""
 
 import abc
 import dataclasses
@@ -37,54 +21,40 @@ Arrays = dict[str, np.ndarray]
 
 
 class Experiment(abc.ABC):
-    """Base class of experiments: write the abstract hooks, override any other.
+    """What a user writes: hooks on NumPy arrays, which the loops call like this::
 
-    A batch handed to ``train_step`` is a dict of arrays stacked over B sessions
-    of T = ``session_length`` ticks:
+        exp = make_experiment(db, args)                  # player, trainer and eval alike
+        memory = exp.initial_memory(B)                   # player: B environments of exp.make_env()
+        actions, memory = exp.act(observations, memory)  # each tick (eval: greedy=True)
+        exp.prepare_training()                           # trainer, once
+        metrics = exp.train_step(exp.sample(db, B))      # trainer, each update
+        db.save_params(exp.get_params())                 # trainer, every save_every updates
+        exp.set_params(params)                           # everyone, when newer params are stored
 
-    - ``observations`` (B, T+1, ...): what the agent saw at each tick, plus the
-      observation after the last tick; after an episode ends at tick t,
-      ``observations[:, t+1]`` is the first observation of the next episode;
-    - ``final_observations`` (B, T, ...): the last observation of the episode
-      that ended at tick t (zeros where none ended): bootstrap from it when the
-      episode was ``truncated``, never when it was ``terminated``;
-    - ``actions`` (B, T, ...), ``rewards`` (B, T) float32,
-      ``terminated`` / ``truncated`` (B, T) bool;
-    - ``memory.<name>`` (B, ...): the agent's memory before tick 0;
-    - ``outputs.<name>`` (B, T, ...): what ``act`` returned besides actions;
-    - ``version`` (B,): the params version that acted; ``worker`` (B,);
-      ``id`` (B,): the session's id in the database; ``info.<name>`` (B,):
-      what the player's ``session_info`` returned.
+    Hooks return promptly: the loops own the pace. A batch stacks B sessions of T = ``session_length`` ticks:
+
+    - ``observations`` (B, T+1, ...), ``actions`` (B, T, ...), ``rewards`` (B, T) float32, ``terminated`` and
+      ``truncated`` (B, T) bool; after an episode ends at tick t, ``observations[:, t+1]`` begins the next one;
+    - ``final_observations`` (B, T, ...): the last observation of the episode that ended at tick t (zeros
+      elsewhere): bootstrap from it if ``truncated``, never if ``terminated``;
+    - ``memory.<name>`` (B, ...): the memory before tick 0; ``outputs.<name>`` (B, T, ...): ``act``'s third item;
+    - ``version`` (the params that acted), ``worker``, ``id`` (in the database), ``info.<name>`` (B,).
     """
 
-    #: ticks per recorded session (sessions may cross episode boundaries)
-    session_length: int = 25
-    #: sessions the database keeps unless one is stored (None: as many as fit 1 GiB)
-    buffer_size: int | None = None
-    #: default of ``play -b``: environments each player runs at once
-    play_batch_size: int = 1
-    #: default of ``train -b``: sessions in a minibatch
-    train_batch_size: int = 32
-    #: ``train -b`` is per live player: more players bring fewer, larger updates
-    batch_per_player: bool = False
-    #: batches the trainer prepares in a background thread (0: fetch in the training thread)
-    prefetch: int = 2
-    #: default of ``train -s``: updates between the trainer's publications of params
-    save_every: int = 100
-    #: params arrays (globs) each trainer keeps its own, such as a target network: never merged
-    local_params: tuple[str, ...] = ()
-    #: the pace: updates of ``train_batch_size`` sessions per env step (None: each side runs free)
-    updates_per_step: float | None = None
-    #: env steps played before the first update (the replay buffer's minimum fill)
-    learning_starts: int = 0
-    #: env steps either side may run ahead of ``updates_per_step`` before it waits
-    pace_slack: int = 1000
-    #: the resolved options and the file's defaults (dicts of the dataclass's fields), set by :func:`load_experiment`
-    options: dict | None = None
-    option_defaults: dict | None = None
-    #: the run's updates so far, all trainers', each of ``train_batch_size`` sessions (``-b`` does not skew it):
-    #: set before each ``train_step`` and when a player loads new params, so schedules survive restarts
-    update_count: int = 0
+    session_length: int = 25  #: ticks per recorded session (sessions may cross episode boundaries)
+    buffer_size: int | None = None  #: sessions the database keeps unless one is stored (None: what fits 1 GiB)
+    play_batch_size: int = 1  #: default of ``play -b``: environments each player runs at once
+    train_batch_size: int = 32  #: default of ``train -b``: sessions in a minibatch
+    batch_per_player: bool = False  #: ``train -b`` is per live player: more players, fewer and larger updates
+    prefetch: int = 2  #: batches the trainer prepares in a background thread (0: in the training thread)
+    save_every: int = 100  #: default of ``train -s``: updates between the trainer's publications of params
+    local_params: tuple[str, ...] = ()  #: params arrays (globs) each trainer keeps its own, e.g. a target network
+    updates_per_step: float | None = None  #: the pace: updates per env step (None: each side runs free)
+    learning_starts: int = 0  #: env steps played before the first update (the replay buffer's minimum fill)
+    pace_slack: int = 1000  #: env steps either side may run ahead of ``updates_per_step`` before it waits
+    options: dict | None = None  #: the resolved options (``dataclasses.asdict``), set by :func:`load_experiment`
+    option_defaults: dict | None = None  #: the defaults of the experiment file's options dataclass
+    update_count: int = 0  #: the run's updates of ``train_batch_size`` sessions, all trainers': kept by the core
 
     def __init__(self, db=None):
         self.db = db
@@ -99,24 +69,13 @@ class Experiment(abc.ABC):
 
     @abc.abstractmethod
     def act(self, observations: np.ndarray, memory: Arrays, greedy: bool = False) -> tuple[np.ndarray, Arrays]:
-        """Actions for a batch of observations, and the new memory.
-
-        Players explore (``greedy=False``); eval asks for the agent's best
-        behaviour (``greedy=True``). ``act`` may return a third item, a dict of
-        per-tick arrays (B, ...) such as the behaviour policy's log-probability
-        of its action: players record each as ``outputs.<name>`` (B, T, ...).
-        """
+        """Actions for a batch of observations and the new memory; optionally a third item, per-tick outputs."""
 
     def prepare_training(self) -> None:  # noqa: B027 (optional, not abstract)
         """Trainer-only setup (optimizers, compiled functions); players skip it."""
 
     def sample(self, db, batch_size: int) -> Arrays:
-        """The next batch, stacked as ``db.sample_batch`` does (called in the prefetch thread).
-
-        Uniform replay by default; override for prioritized replay, using
-        ``db.session_range()`` and ``db.get_batch(ids)``. An empty batch means
-        "not yet": the trainer asks again shortly. Return promptly: never wait here.
-        """
+        """The next batch (uniform replay unless overridden); an empty one means "not yet": never wait here."""
         return db.sample_batch(batch_size)
 
     @abc.abstractmethod
@@ -132,7 +91,7 @@ class Experiment(abc.ABC):
         """Load what ``get_params`` returned (shapes are checked before this is called)."""
 
     def session_info(self) -> dict[str, float]:
-        """Scalars stored with every session of this player (e.g. its epsilon); return promptly."""
+        """Scalars stored with every session of this player (e.g. its epsilon)."""
         return {}
 
 
@@ -146,45 +105,36 @@ def make_env(exp: Experiment, render_mode: str | None = None) -> gym.Env:
 
 
 def load_experiment(path: str, db=None, options: dict[str, str] | None = None) -> Experiment:
-    """Import the experiment file at ``path`` and call its ``make_experiment(db[, args])``.
+    """What ``make_experiment(db[, args])`` of the file at ``path`` returns; nothing is stored here.
 
-    ``options`` (``--set`` name=value strings) fill the dataclass that
-    ``make_experiment`` takes, over the options stored in ``db``
-    (:func:`tinyverse.options.resolve`); nothing is stored here.
+    ``options`` (``--set`` strings) fill ``args`` over those stored in ``db`` (:func:`tinyverse.options.resolve`).
     """
-    module = import_file(path)
-    factory = getattr(module, "make_experiment", None)
+    factory = getattr(import_file(path), "make_experiment", None)
     if not callable(factory):
         raise ExperimentError(f"{path} defines no make_experiment(db); add one that returns a tinyverse.Experiment")
-    args, exp_defaults = resolve(factory, path, db, options or {})
+    args, defaults = resolve(factory, path, db, options or {})
     try:
         exp = factory(db) if args is None else factory(db, args)
-    except TypeError as e:
-        if "abstract" not in str(e):
-            raise ExperimentError(f"make_experiment in {path} failed: TypeError: {e} (-vv shows where)") from None
-        found = re.search(r"abstract methods? (.+)$", str(e))  # "Can't instantiate ... abstract methods a, b"
-        missing = found.group(1).replace("'", "") if found else str(e)
-        raise ExperimentError(f"{path}: the experiment does not define {missing}: write them") from None
     except Exception as e:
         log.debug("make_experiment of %s failed", path, exc_info=True)
+        if isinstance(e, TypeError) and (found := re.search(r"abstract methods? (.+)$", str(e))):
+            hooks = found[1].replace("'", "")  # Python 3.12 quotes them
+            raise ExperimentError(f"{path}: the experiment does not define {hooks}: write them") from None
         raise ExperimentError(f"make_experiment in {path} failed: {type(e).__name__}: {e} (-vv shows where)") from None
     if not isinstance(exp, Experiment):
         raise ExperimentError(f"make_experiment in {path} returned {type(exp).__name__}, not a tinyverse.Experiment")
-    exp.options, exp.option_defaults = None if args is None else dataclasses.asdict(args), exp_defaults
+    exp.options, exp.option_defaults = None if args is None else dataclasses.asdict(args), defaults
     return exp
 
 
 def import_file(path: str):
     """The experiment module, imported from its file as ``python FILE.py`` would (its folder on sys.path)."""
     file = Path(path)
-    if not file.is_file():
-        raise ExperimentError(f"experiment file {path} not found; pass the path of a .py file")
+    if file.suffix != ".py" or not file.is_file():
+        raise ExperimentError(f"experiment {path} not found or not a .py file: pass the path of a Python file")
     name = f"tinyverse_experiment_{file.stem}"
     spec = importlib.util.spec_from_file_location(name, file)
-    if spec is None or spec.loader is None:
-        raise ExperimentError(f"cannot import {path}: an experiment is a Python file ending in .py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up here
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)  # dataclasses look their module up there
     if (folder := str(file.resolve().parent)) not in sys.path:
         sys.path.insert(0, folder)  # the experiment imports its neighbours
     try:
@@ -193,8 +143,8 @@ def import_file(path: str):
     except SyntaxError as e:
         problem = f"{path}:{e.lineno}: syntax error: {e.msg}"
     except ImportError as e:
-        extra = EXTRAS.get((e.name or "").split(".")[0])
-        hint = f"'tinyverse[{extra}]'" if extra else (e.name or "it").split(".")[0]
+        package = (e.name or "it").split(".")[0]
+        hint = f"'tinyverse[{EXTRAS[package]}]'" if package in EXTRAS else package
         problem = f"{path} needs {e.name or e}: install it (pip install {hint})"
     except Exception as e:
         log.debug("import of %s failed", path, exc_info=True)

@@ -1,12 +1,7 @@
-"""Experiment options: the fields of the dataclass that ``make_experiment(db, args: Args)`` takes.
-
-``--set name=value`` fills them (the docstring under each field is its help).
-The first worker of a run stores the resolved options in the namespace when it
-starts to write (:func:`store`); every later worker adopts them, and a ``--set``
-that conflicts with them is an error, so a fleet never splits silently.
-"""
+"""Experiment options: the dataclass ``make_experiment(db, args: Args)`` takes, filled by ``--set``, kept by the run."""
 
 import argparse
+import ast
 import dataclasses
 import inspect
 import logging
@@ -28,48 +23,49 @@ def parse_set(text: str) -> tuple[str, str]:
 
 
 def dataclass_of(factory) -> type | None:
-    """The options dataclass of ``make_experiment``'s second parameter, or None."""
+    """The options dataclass of ``make_experiment``'s second parameter (``Args`` or ``Args | None``), or None."""
     names = list(inspect.signature(factory).parameters)
     hint = typing.get_type_hints(factory).get(names[1]) if len(names) > 1 else None
-    kind = next((k for k in typing.get_args(hint) or [hint] if dataclasses.is_dataclass(k)), None)  # Args | None
-    return kind if isinstance(kind, type) else None
+    kinds = typing.get_args(hint) or [hint]
+    return next((k for k in kinds if isinstance(k, type) and dataclasses.is_dataclass(k)), None)
 
 
 def resolve(factory, path: str, db, given: dict[str, str]):
-    """(options, the file's defaults as a dict) for ``factory``: ``given`` over those stored in ``db``, over the
-    defaults; (None, None) when it takes none. Says when the file's defaults changed since the run stored its own."""
+    """``(args, the file's defaults as a dict)``: ``given`` over the options stored in ``db`` over the defaults.
+
+    ``(None, None)`` when ``factory`` takes none. A ``--set`` that conflicts with the stored options is an error.
+    """
     kind = dataclass_of(factory)
     if kind is None:
         if given:
             raise ExperimentError(f"{path} takes no options: its make_experiment(db, args: Args) needs a dataclass")
         return None, None
-    hints, fields = typing.get_type_hints(kind), {f.name: f for f in dataclasses.fields(kind)}
-    chosen = {}
-    for key, text in given.items():
-        if key not in fields:
-            raise ExperimentError(f"{path} has no option {key!r}; its options: {', '.join(fields)}")
-        chosen[key] = _parse(key, text, hints[key])
-    stored = (None if db is None else db.setting("options")) or {}
+    fields, hints = {f.name: f for f in dataclasses.fields(kind)}, typing.get_type_hints(kind)
+    if unknown := [key for key in given if key not in fields]:
+        raise ExperimentError(f"{path} has no option {unknown[0]!r}; its options: {', '.join(fields)}")
+    chosen = {key: _parse(key, text, hints[key]) for key, text in given.items()}
+    stored, began = ({}, {}) if db is None else (db.setting("options") or {}, db.setting("defaults") or {})
     afresh = f"use another --prefix, or start afresh with {command('clear --all')}"
-    for key in stored.keys() - fields.keys():
-        raise ExperimentError(f"{path} has no option {key!r}, stored in prefix {db.prefix}: {afresh}")
+    if unknown := [key for key in stored if key not in fields]:
+        raise ExperimentError(f"{path} has no option {unknown[0]!r}, stored in prefix {db.prefix}: {afresh}")
     try:
         args = kind(**{**stored, **chosen})
-        defaults = dataclasses.asdict(kind()) if all(_has_default(f) for f in fields.values()) else {}
+        defaults = dataclasses.asdict(kind()) if all(map(_has_default, fields.values())) else {}
     except Exception as e:  # a check of the options' own (__post_init__)
         raise ExperimentError(f"options of {path}: {type(e).__name__}: {e}") from None
-    resolved, before = dataclasses.asdict(args), (None if db is None else db.setting("defaults")) or defaults
     for key, value in chosen.items():  # compared as resolved: "none" may stand for a preset's value
-        if key in stored and stored[key] != resolved[key]:
+        if key in stored and stored[key] != getattr(args, key):
             raise ExperimentError(
                 f"option {key}={value!r} conflicts with {key}={stored[key]!r}, stored in prefix {db.prefix} by "
                 f"the run's first worker: drop --set {key}, {afresh}"
             )
-    if edited := [f"{k}: default now {v!r}, stored {stored[k]!r}" for k, v in defaults.items() if
-                  k in stored and k not in chosen and before.get(k) != v and stored[k] != v]:  # fmt: skip
-        log.warning(
-            "%s's defaults changed since the run began; the stored options are used (%s)", path, "; ".join(edited)
-        )
+    edited = [  # the file's default changed since the run began, and the stored value is not the new one
+        f"{k}: default now {v!r}, stored {stored[k]!r}"
+        for k, v in defaults.items()
+        if k in stored and k not in chosen and began.get(k, v) != v and stored[k] != v
+    ]
+    if edited:
+        log.warning("%s's defaults changed since the run began; the stored ones are used (%s)", path, "; ".join(edited))
     return args, defaults
 
 
@@ -87,37 +83,31 @@ def store(exp, db) -> None:
 
 
 def describe(factory, stored: dict | None = None) -> list[str]:
-    """One line for each option: name, type, default, the stored value if any, and the field's docstring."""
-    kind = dataclass_of(factory)
+    """One line an option: ``name=default (type, stored value if it differs): its docstring``."""
+    kind, stored = dataclass_of(factory), stored or {}
     if kind is None:
         return []
-    docs = _field_docs(kind)
-    hints, lines = typing.get_type_hints(kind), []
+    docs, hints, lines = _field_docs(kind), typing.get_type_hints(kind), []
     for f in dataclasses.fields(kind):
         default = f.default if _has_default(f) else "required"
-        now = f", stored {stored[f.name]!r}" if stored and f.name in stored and stored[f.name] != default else ""
+        now = f", stored {stored[f.name]!r}" if stored.get(f.name, default) != default else ""
         kind_name = getattr(hints[f.name], "__name__", str(hints[f.name]))
         lines.append(f"{f.name}={default!r} ({kind_name}{now}): {docs.get(f.name, '')}".rstrip(": "))
     return lines
 
 
 def _field_docs(kind) -> dict[str, str]:
-    """The docstring under each field of a dataclass, read from its source (PEP 257's attribute docstrings)."""
-    import ast
-
-    try:
-        tree = ast.parse(inspect.getsource(kind))
-    except (OSError, TypeError):
-        return {}
-    body, docs = tree.body[0].body, {}
-    for node, after in zip(body, body[1:], strict=False):
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            if (
-                isinstance(after, ast.Expr)
-                and isinstance(after.value, ast.Constant)
-                and isinstance(after.value.value, str)
-            ):
-                docs[node.target.id] = " ".join(after.value.value.split())
+    """The docstring under each field (PEP 257 attribute docstrings), read from the class's source and its bases'."""
+    docs = {}
+    for cls in reversed(kind.__mro__[:-1]):  # a subclass's docstring wins
+        try:
+            body = ast.parse(inspect.getsource(cls)).body[0].body
+        except (OSError, TypeError, SyntaxError):  # no source, or a class defined inside a function (indented)
+            continue
+        for node, after in zip(body, body[1:], strict=False):
+            text = getattr(after, "value", None)
+            if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr) and isinstance(text, ast.Constant):
+                docs[node.target.id] = " ".join(str(text.value).split())
     return docs
 
 
