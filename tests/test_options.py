@@ -1,10 +1,15 @@
 """Options a user can see, runs a mistake cannot poison, hints that name the real command: from the user's side."""
 
+import dataclasses
 import textwrap
 
+import pytest
 from conftest import ROOT, run_cli
 
 from tinyverse.database import connect
+from tinyverse.errors import ExperimentError
+from tinyverse.experiment import import_file
+from tinyverse.options import describe, store
 
 FAKE = ROOT / "tests" / "fake_experiment.py"
 
@@ -109,3 +114,84 @@ def test_a_missing_hook_is_one_line(tmp_path):
     )
     line = error_line(run_cli(exp, "play", "-n", "1", "--db", f"sqlite:///{tmp_path / 'x.db'}", check=False))
     assert "does not define get_params, make_env, set_params, train_step" in line, line
+
+
+# -- the options module itself: what describe lists, what store refuses -----------------------------------------
+
+BASE_AND_SUB = """
+    import dataclasses
+
+
+    @dataclasses.dataclass
+    class Base:
+        hidden: int = 64
+        '''units in each layer'''
+        lr: float = 0.1
+        '''the base's step size'''
+
+
+    @dataclasses.dataclass
+    class Args(Base):
+        lr: float = 0.2
+        '''the subclass's step size'''
+        name: str = dataclasses.field(default_factory=lambda: "made")
+        seed: int | None = None
+
+
+    def make_experiment(db, args: Args):
+        raise RuntimeError("not called here")
+"""
+
+
+def test_describe_reads_the_docstrings_of_the_options_bases_too(tmp_path):
+    """An Args that extends another (examples/racing.py extends atari.py's) lists every field with its help."""
+    path = tmp_path / "sub.py"
+    path.write_text(textwrap.dedent(BASE_AND_SUB))
+    lines = describe(import_file(str(path)).make_experiment, {"hidden": 32, "lr": 0.2})
+    assert lines == [
+        "hidden=64 (int, stored 32): units in each layer",
+        "lr=0.2 (float): the subclass's step size",
+        "name='made' (str)",
+        "seed=None (int | None)",
+    ]
+
+
+def test_describe_of_a_dataclass_defined_in_a_function_lists_the_fields_without_help():
+    @dataclasses.dataclass
+    class Args:
+        depth: int = 3
+        """(not readable: the class's source is indented)"""
+        label: str = dataclasses.field(default="x")
+
+    def make_experiment(db, args: Args):
+        return None
+
+    assert describe(make_experiment, None) == ["depth=3 (int)", "label='x' (str)"]
+    assert describe(lambda db: None) == []
+
+
+def test_a_required_option_is_described_so_and_stored_values_shown():
+    @dataclasses.dataclass
+    class Args:
+        env_id: str
+
+    def make_experiment(db, args: Args):
+        return None
+
+    assert describe(make_experiment) == ["env_id=required (str)"]
+    assert describe(make_experiment, {"env_id": "Taxi-v3"}) == ["env_id=required (str, stored 'Taxi-v3')"]
+
+
+def test_store_refuses_in_one_line_when_another_worker_stored_other_options_meanwhile(db):
+    class Exp:
+        options, option_defaults = {"lr": 0.1, "hidden": 64}, {"lr": 0.1, "hidden": 64}
+
+    db.claim("options", {"lr": 0.3, "hidden": 64})  # the other worker's first write, between load and store
+    with pytest.raises(ExperimentError) as info:
+        store(Exp(), db)
+    message = str(info.value)
+    assert "another worker stored option lr=0.3" in message and "this one has 0.1" in message
+    assert db.prefix in message and "start this worker again" in message and "\n" not in message
+    assert db.setting("options") == {"lr": 0.3, "hidden": 64}, "the first write stays"
+    store(type("Same", (), {"options": {"lr": 0.3, "hidden": 64}, "option_defaults": {}})(), db)  # agreeing: fine
+    store(type("NoOptions", (), {"options": None})(), None)  # an experiment without options stores nothing

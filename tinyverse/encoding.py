@@ -1,12 +1,9 @@
-"""Arrays <-> bytes without pickle.
+"""Arrays <-> bytes without pickle: a record is ``MAGIC | u32 header length | JSON header | array bytes``.
 
-A record is ``MAGIC | u32 header length | JSON header | array bytes``; the header lists
-``[name, dtype, shape, codec, nbytes]`` an array. Only plain numeric dtypes are accepted, so decoding can
-never build objects or run code. Codecs: ``raw``; ``zeros`` (nothing stored, e.g. ``final_observations``
-where no episode ended); ``zlib`` for uint8 arrays of ``COMPRESS_MIN_BYTES`` or more (image frames) when
-it saves a quarter. A validated header is cached by its bytes: records that share one share their
-offsets, so :func:`decode_batch` stacks each array of a batch in one NumPy copy. Decoded arrays are
-writable and share no memory with the record.
+The header lists ``[name, dtype, shape, codec, nbytes]`` an array, of numeric dtypes only: decoding never builds
+objects or runs code. Codecs: ``raw``; ``zeros`` (nothing stored: ``final_observations`` where no episode ended);
+``zlib`` for uint8 arrays of ``COMPRESS_MIN_BYTES`` or more (image frames) when it saves a quarter of their size.
+Decoded arrays are writable and share no memory with the record.
 """
 
 import json
@@ -59,11 +56,10 @@ def decode(data: bytes) -> dict[str, np.ndarray]:
 
 
 def decode_batch(blobs: list[bytes], expected: list | None = None) -> tuple[dict, list[int], list[tuple[int, str]]]:
-    """Records stacked: ``({name: (k, *shape)}, kept, errors)``.
+    """Records stacked: ``({name: (k, *shape)}, kept, errors)``, each array in one copy a header shared.
 
-    ``kept`` lists the indices of the k records in the batch, in order; ``errors`` the ``(index, reason)`` of
-    corrupt or foreign ones. Records whose :func:`layout` differs from ``expected`` (default: the first good
-    record's) are left out of both.
+    ``kept``: the indices of the k records, in order; ``errors``: ``(index, reason)`` of corrupt or foreign ones.
+    Records whose :func:`layout` differs from ``expected`` (default: the first good record's) are in neither.
     """
     groups, errors = {}, []  # header bytes -> (spec, indices of its records)
     for i, data in enumerate(blobs):
@@ -123,10 +119,8 @@ def _parse(head: bytes) -> tuple[list, list]:
         dt = np.dtype(dtype)
         if dt.kind not in _KINDS or dt.fields is not None:
             raise ValueError(f"forbidden dtype {dtype!r}")
-        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
-            raise ValueError(f"bad shape {shape!r}")
-        if type(size) is not int or size < 0:
-            raise ValueError(f"bad size {size!r}")
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in [*shape, size]):
+            raise ValueError(f"bad shape {shape!r} or size {size!r}")
         if codec not in ("raw", "zeros", "zlib"):
             raise ValueError(f"unknown codec {codec!r}")
         nbytes = math.prod(shape) * dt.itemsize

@@ -26,6 +26,7 @@ class Experiment(abc.ABC):
         exp = make_experiment(db, args)                  # player, trainer and eval alike
         memory = exp.initial_memory(B)                   # player: B environments of exp.make_env()
         actions, memory = exp.act(observations, memory)  # each tick (eval: greedy=True)
+        info = exp.session_info()                        # stored with each session the player records
         exp.prepare_training()                           # trainer, once
         metrics = exp.train_step(exp.sample(db, B))      # trainer, each update
         db.save_params(exp.get_params())                 # trainer, every save_every updates
@@ -105,10 +106,7 @@ def make_env(exp: Experiment, render_mode: str | None = None) -> gym.Env:
 
 
 def load_experiment(path: str, db=None, options: dict[str, str] | None = None) -> Experiment:
-    """What ``make_experiment(db[, args])`` of the file at ``path`` returns; nothing is stored here.
-
-    ``options`` (``--set`` strings) fill ``args`` over those stored in ``db`` (:func:`tinyverse.options.resolve`).
-    """
+    """The experiment of the file at ``path``: ``make_experiment(db[, args])``, ``args`` resolved from ``options``."""
     factory = getattr(import_file(path), "make_experiment", None)
     if not callable(factory):
         raise ExperimentError(f"{path} defines no make_experiment(db); add one that returns a tinyverse.Experiment")

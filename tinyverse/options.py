@@ -31,10 +31,7 @@ def dataclass_of(factory) -> type | None:
 
 
 def resolve(factory, path: str, db, given: dict[str, str]):
-    """``(args, the file's defaults as a dict)``: ``given`` over the options stored in ``db`` over the defaults.
-
-    ``(None, None)`` when ``factory`` takes none. A ``--set`` that conflicts with the stored options is an error.
-    """
+    """``(args, the file's defaults)``: ``given`` over those stored in ``db`` over the defaults; or (None, None)."""
     kind = dataclass_of(factory)
     if kind is None:
         if given:
@@ -50,7 +47,8 @@ def resolve(factory, path: str, db, given: dict[str, str]):
         raise ExperimentError(f"{path} has no option {unknown[0]!r}, stored in prefix {db.prefix}: {afresh}")
     try:
         args = kind(**{**stored, **chosen})
-        defaults = dataclasses.asdict(kind()) if all(map(_has_default, fields.values())) else {}
+        required = any(_default(f) is dataclasses.MISSING for f in fields.values())
+        defaults = {} if required else dataclasses.asdict(kind())
     except Exception as e:  # a check of the options' own (__post_init__)
         raise ExperimentError(f"options of {path}: {type(e).__name__}: {e}") from None
     for key, value in chosen.items():  # compared as resolved: "none" may stand for a preset's value
@@ -89,10 +87,11 @@ def describe(factory, stored: dict | None = None) -> list[str]:
         return []
     docs, hints, lines = _field_docs(kind), typing.get_type_hints(kind), []
     for f in dataclasses.fields(kind):
-        default = f.default if _has_default(f) else "required"
+        default = _default(f)
+        shown = "required" if default is dataclasses.MISSING else repr(default)
         now = f", stored {stored[f.name]!r}" if stored.get(f.name, default) != default else ""
         kind_name = getattr(hints[f.name], "__name__", str(hints[f.name]))
-        lines.append(f"{f.name}={default!r} ({kind_name}{now}): {docs.get(f.name, '')}".rstrip(": "))
+        lines.append(f"{f.name}={shown} ({kind_name}{now}): {docs.get(f.name, '')}".rstrip(": "))
     return lines
 
 
@@ -111,8 +110,9 @@ def _field_docs(kind) -> dict[str, str]:
     return docs
 
 
-def _has_default(f: dataclasses.Field) -> bool:
-    return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+def _default(f: dataclasses.Field):
+    """The field's default (its factory's value), or ``dataclasses.MISSING``."""
+    return f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
 
 
 def _parse(key: str, text: str, hint):
