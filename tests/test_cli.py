@@ -118,8 +118,8 @@ def test_help_explains_every_mode_and_flag(tmp_path):
         assert re.search(rf"^\s+{mode}\s+\w", top, re.M), f"top-level --help does not describe {mode}"
     flags = {
         "play": ["--batch-size", "--rounds", "--sync-every", "--buffer-size", "--seed", "--set", "--device"],
-        "train": ["--batch-size", "--updates", "--save-every", "--buffer-size", "--set", "--device", "--push-coef"],
-        "run": ["--players", "--trainers", "--steps", "--target-return", "--eval-episodes", "--set", "--push-coef"],
+        "train": ["--batch-size", "--updates", "--save-every", "--buffer-size", "--set", "--device"],
+        "run": ["--players", "--trainers", "--steps", "--target-return", "--eval-episodes", "--set"],
         "eval": ["--episodes", "--record", "--no-record", "--seed", "--set"],
         "clear": ["--all", "--del-sessions", "--del-weights", "--del-metrics", "--kill-players", "--kill-trainers"],
         "info": [],

@@ -1,25 +1,21 @@
-"""Every error tinyverse raises on purpose: one line naming the problem and the fix.
-
-Fixes name the command the user would type: :func:`command` spells it with the
-experiment path and ``--prefix`` of the current invocation (the CLI sets them).
-"""
+"""Every error tinyverse raises on purpose: one line naming the problem and the fix."""
 
 import time
 from urllib.parse import urlsplit
 
-INVOKED = {"experiment": "EXPERIMENT.py", "prefix": None}  # how the CLI was called: for the commands in hints
+INVOKED = {"experiment": "EXPERIMENT.py", "prefix": None}  # set by the CLI: hints name the command as it was typed
 
 
 def command(rest: str) -> str:
-    """``python -m tinyverse EXPERIMENT MODE...`` as this invocation would type it."""
+    """``python -m tinyverse EXPERIMENT REST``, with the experiment and ``--prefix`` of this invocation."""
     prefix = f" --prefix {INVOKED['prefix']}" if INVOKED["prefix"] else ""
     return f"python -m tinyverse {INVOKED['experiment']} {rest}{prefix}"
 
 
 def masked(url: str) -> str:
     """``url`` with its password replaced by ``***``: safe to print in any message."""
-    parts = urlsplit(url)
-    return url if parts.password is None else url.replace(f":{parts.password}@", ":***@", 1)
+    password = urlsplit(url).password
+    return url if password is None else url.replace(f":{password}@", ":***@", 1)
 
 
 class Every:
@@ -29,10 +25,9 @@ class Every:
         self.seconds, self.last = seconds, {}
 
     def __call__(self, key: str = "") -> bool:
-        now = time.monotonic()
-        if now - self.last.get(key, -self.seconds) < self.seconds:
+        if time.monotonic() - self.last.get(key, -self.seconds) < self.seconds:
             return False
-        self.last[key] = now
+        self.last[key] = time.monotonic()
         return True
 
 

@@ -14,10 +14,7 @@ log = logging.getLogger(__name__)
 
 
 def write_video(path: Path, frames: list[np.ndarray], fps: int = 30) -> bool:
-    """Write frames as mp4 with imageio-ffmpeg; False (with a hint) if it is missing.
-
-    The file appears whole or not at all: it is written under another name, then renamed.
-    """
+    """Write frames as an mp4 that appears whole or not at all; False (with a hint) if imageio is missing."""
     try:
         import imageio.v2 as imageio
     except ImportError:
@@ -33,63 +30,41 @@ def write_video(path: Path, frames: list[np.ndarray], fps: int = 30) -> bool:
     return True
 
 
-def evaluate(
-    exp: Experiment,
-    db: Database | None,
-    episodes: int = 10,
-    record: str | None = None,
-    seed: int | None = None,
-    version: int | None = None,
-    quiet: bool = False,
-) -> list[float]:
-    """Play ``episodes`` full episodes greedily with the latest params of ``db``; write an mp4 each into ``record``.
-
-    With ``db`` None, the params ``exp`` holds are played (``version``: theirs, or
-    None for a random init). Interrupted (Ctrl-C), it still prints the summary of
-    the finished episodes and leaves no partial video behind. ``quiet``: print nothing.
-    """
+def evaluate(exp: Experiment, db: Database | None, episodes=10, record=None, seed=None, version=None, quiet=False):
+    """Play ``episodes`` greedy episodes with the latest params of ``db`` (None: those ``exp`` holds, of ``version``),
+    an mp4 of each into the folder ``record``; their returns. Ctrl-C still prints the finished episodes' summary."""
     say = (lambda *_, **__: None) if quiet else print
-    if db is not None:
-        version = sync_params(exp, db, None)
+    version = version if db is None else sync_params(exp, db, None)
     if version is None and not quiet:
         log.warning("no params stored: evaluating the experiment's random init")
     if record:  # frames are drawn offscreen: no display, and none of SDL's complaints about XDG_RUNTIME_DIR
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    env = make_env(exp, "rgb_array" if record else None)
+    env, returns = make_env(exp, "rgb_array" if record else None), []
     if record and getattr(env, "render_mode", None) != "rgb_array":
         log.warning("this environment does not render rgb_array frames: no video")
         record = None
     fps = int(env.metadata.get("render_fps") or 30)
-    returns: list[float] = []
     try:
-        _play(exp, env, episodes, record, seed, version, fps, returns, say)
+        for ep in range(episodes):
+            obs, _ = env.reset(seed=None if seed is None else seed + ep)
+            memory, total, done = exp.initial_memory(1), 0.0, False
+            frames = [env.render()] if record else []
+            while not done:
+                actions, memory, *_ = exp.act(np.asarray(obs)[None], memory, greedy=True)
+                obs, reward, terminated, truncated, _ = env.step(np.asarray(actions)[0])
+                total, done = total + float(reward), terminated or truncated
+                frames += [env.render()] if record else []
+            returns.append(total)
+            path = Path(record or ".") / f"episode_{ep:03d}{'' if version is None else f'_v{version}'}.mp4"
+            video = f"  video {path}" if record and write_video(path, frames, fps) else ""
+            say(f"episode {ep + 1}/{episodes}: return {total:.1f}{video}", flush=True)
     except KeyboardInterrupt:
         say(f"interrupted after {len(returns)} of {episodes} episodes")
         raise
     finally:
         env.close()
         if returns:
-            mean, std, n = np.mean(returns), np.std(returns), len(returns)
             held = "random init: no params" if version is None else f"params v{version}"
+            n, mean, std = len(returns), np.mean(returns), np.std(returns)
             say(f"mean return {mean:.1f} ± {std:.1f} over {n} episodes ({held})", flush=True)
     return returns
-
-
-def _play(exp, env, episodes, record, seed, version, fps, returns, say) -> None:
-    for ep in range(episodes):
-        obs, _ = env.reset(seed=None if seed is None else seed + ep)
-        memory = exp.initial_memory(1)
-        frames = [env.render()] if record else []
-        total, done = 0.0, False
-        while not done:
-            actions, memory, *_ = exp.act(np.asarray(obs)[None], memory, greedy=True)
-            obs, reward, terminated, truncated, _ = env.step(np.asarray(actions)[0])
-            total += float(reward)
-            done = terminated or truncated
-            if record:
-                frames.append(env.render())
-        returns.append(total)
-        video, path = "", Path(record or ".") / f"episode_{ep:03d}{'' if version is None else f'_v{version}'}.mp4"
-        if record and write_video(path, frames, fps):
-            video = f"  video {path}"
-        say(f"episode {ep + 1}/{episodes}: return {total:.1f}{video}", flush=True)

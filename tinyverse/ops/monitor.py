@@ -4,13 +4,43 @@ import time
 
 import numpy as np
 
-from ..database import Database
+from ..database import Database, connect, masked
 from ..errors import TinyverseError, command
+from ..experiment import import_file
+from ..options import describe
 
 
-def _age(seconds: float) -> str:
-    s = int(seconds)
-    return f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else f"{s // 3600}h{s % 3600 // 60:02d}m"
+def mode_info(args):
+    """Dashboard: sessions, options, params and their age, the pace, live workers with their lag, returns, training."""
+    listed = "".join(f"\n  option    {line}" for line in option_lines(args)) if args.experiment else ""
+    while True:
+        text = "\n".join(info_text(db, args.last) for db in namespaces(args)) or f"no experiments in {masked(args.url)}"
+        if not args.watch:
+            print(text + listed)
+            return
+        print(f"\033[H\033[J{text}{listed}\n\n(every {args.watch:g}s; Ctrl-C to quit)", flush=True)
+        time.sleep(args.watch)
+
+
+def namespaces(args) -> list[Database]:
+    """The experiment's namespace, or every namespace with data when no experiment or prefix is named."""
+    db = connect(args.url, args.prefix, retry_for=5, create=False)
+    if args.experiment or args.prefix_given:
+        return [db]
+    found = [connect(args.url, p, retry_for=5) for p in db.namespaces()]
+    return [d for d in found if d.count_sessions().added or d.params_version() is not None or d.workers()]
+
+
+def option_lines(args) -> list[str]:
+    """One line an option of the experiment: default, type, the value stored in the namespace if any, its help."""
+    factory = getattr(import_file(args.experiment), "make_experiment", None)
+    if not callable(factory):
+        return []
+    try:
+        stored = connect(args.url, args.prefix, retry_for=2, create=False).setting("options")
+    except TinyverseError:  # no database yet: no stored options
+        stored = None
+    return describe(factory, stored) or ["(none: its make_experiment takes no Args)"]
 
 
 def progress(db: Database) -> list[str]:
@@ -25,32 +55,30 @@ def progress(db: Database) -> list[str]:
 
 def info_text(db: Database, last: int = 100) -> str:
     """The dashboard of one namespace as text."""
-    (stored, added), workers, saved = db.count_sessions(), db.workers(), db.params_saved()
-    lines, now, options = [f"[{db.prefix}] {db.url}"], time.time(), db.setting("options")
-    lines += ["  options   " + ", ".join(f"{k}={v}" for k, v in options.items())] if options else []
+    (stored, added), workers, saved, now = db.count_sessions(), db.workers(), db.params_saved(), time.time()
+    lines = [f"[{db.prefix}] {db.url}"]
+    if options := db.setting("options"):
+        lines.append("  options   " + ", ".join(f"{k}={v}" for k, v in options.items()))
     if not (added or saved or workers):
         return "\n".join(lines + [f"  empty: start a player with {command('play')}"])
-    corrupt = db.counter("corrupt")
-    lines.insert(1, f"  sessions  {stored:,} stored of {db.capacity() or 0:,} capacity, {added:,} ever added")
-    lines[1] += f", {corrupt:,} corrupt removed" if corrupt else ""
+    corrupt = f", {n:,} corrupt removed" if (n := db.counter("corrupt")) else ""
+    lines.insert(1, f"  sessions  {stored:,} stored of {db.capacity() or 0:,} capacity, {added:,} ever added{corrupt}")
     lines.append(
-        "  params    " + ("none" if saved is None else f"version {saved.version}, saved {_age(now - saved.time)} ago")
+        f"  params    {'none' if saved is None else f'version {saved.version}, saved {_age(now - saved.time)} ago'}"
     )
     pace = next((w["pace"] for w in workers if w.get("pace")), None)
     if pace and pace["updates_per_step"]:
         updates, played = db.counter("updates"), max(0, added * pace["session_length"] - pace["learning_starts"])
+        actual = f"{updates / played:.3g}" if played else "-"
         lines.append(
             f"  pace      target {pace['updates_per_step']:g} updates an env step (after {pace['learning_starts']:,}, "
-            f"slack {pace['pace_slack']:,}), actual {f'{updates / played:.3g}' if played else '-'} "
-            f"({updates:,} updates)"
+            f"slack {pace['pace_slack']:,}), actual {actual} ({updates:,} updates)"
         )
     lines += [_worker_line(w, saved, now) for w in workers] or ["  workers   none alive"]
     if returns := db.recent_returns(last):
         r = np.array(returns)
         lines.append(f"  returns   last {len(r)}: mean {r.mean():.1f}, min {r.min():.1f}, max {r.max():.1f}")
-    latest = {}  # each trainer's latest metrics
-    for m in db.metrics("train", 200):
-        latest[m.get("worker")] = m
+    latest = {m.get("worker"): m for m in db.metrics("train", 200)}  # each trainer's latest metrics
     for m in latest.values():
         shown = ", ".join(f"{k} {v:.4g}" for k, v in m.items() if k not in ("time", "version", "steps", "worker"))
         lines.append(f"  training  {shown} ({_age(now - m['time'])} ago)")
@@ -68,54 +96,52 @@ def _worker_line(w: dict, saved, now: float) -> str:
     return f"  {w['role']:<8}  {where}  up {_age(now - w['started'])}  {rate}{used}"
 
 
-def plot(db: Database, path: str) -> None:
-    """Draw return vs env steps, return vs wall time, and trainer loss into a PNG."""
-    try:
-        import matplotlib
+def _age(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else f"{s // 3600}h{s % 3600 // 60:02d}m"
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+
+def mode_plot(args):
+    """Draw learning curves (return vs env steps and wall time, trainer loss) into a PNG."""
+    try:
+        from matplotlib.figure import Figure
     except ImportError:
         raise TinyverseError("plot needs matplotlib: pip install 'tinyverse[plot]'") from None
-    episodes, train = db.metrics("episodes"), db.metrics("train")
-    if not episodes:
+    db = connect(args.url, args.prefix, retry_for=5, create=False)
+    if not (episodes := db.metrics("episodes")):
         raise TinyverseError(f"no episode returns stored under prefix {db.prefix!r}: play first, or check --prefix")
-    steps = np.array([m["steps"] for m in episodes])
-    returns = np.array([m["return"] for m in episodes])
+    returns, k = np.array([m["return"] for m in episodes]), min(20, len(episodes))
     seconds = np.array([m["time"] for m in episodes]) - episodes[0]["time"]
     unit = 60 if seconds[-1] > 300 else 1
-    smooth = np.convolve(returns, np.ones(k := min(20, len(returns))) / k, mode="valid")
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    for ax, x, label in (
-        (axes[0], steps, "env steps"),
-        (axes[1], seconds / unit, f"wall time ({'minutes' if unit == 60 else 'seconds'})"),
-    ):
+    curves = [("env steps", np.array([m["steps"] for m in episodes]))]
+    curves += [(f"wall time ({'minutes' if unit == 60 else 'seconds'})", seconds / unit)]
+    fig = Figure(figsize=(15, 4), layout="tight")
+    axes = fig.subplots(1, 3)
+    for ax, (label, x) in zip(axes[:2], curves, strict=True):
         ax.plot(x, returns, ".", alpha=0.3, label="episode")
-        ax.plot(x[k - 1 :], smooth, label=f"mean of {k}")
+        ax.plot(x[k - 1 :], np.convolve(returns, np.ones(k) / k, mode="valid"), label=f"mean of {k}")
         ax.set(xlabel=label, ylabel="return")
         ax.legend()
-    if losses := [(m["updates"], m["loss"]) for m in train if "loss" in m]:
+    if losses := [(m["updates"], m["loss"]) for m in db.metrics("train") if "loss" in m]:
         axes[2].plot(*zip(*losses, strict=True), ".-")
         axes[2].set(
             xlabel="trainer updates", ylabel="loss", yscale="log" if min(v for _, v in losses) > 0 else "linear"
         )
     axes[2].set_title("" if losses else "no trainer loss stored")
     fig.suptitle(f"{db.prefix}: {len(returns)} episodes")
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    fig.savefig(args.output, dpi=80)
+    print(f"wrote {args.output}")
 
 
 class EventWriter:
     """Scalars for TensorBoard, written by tensorboardX (pip install 'tinyverse[tensorboard]')."""
 
     def __init__(self, logdir: str, db: Database | None = None):
-        self.db = db
         try:
             from tensorboardX import SummaryWriter
         except ImportError:
             raise TinyverseError("--logdir needs tensorboardX: pip install 'tinyverse[tensorboard]'") from None
-        self.writer = SummaryWriter(logdir)
+        self.db, self.writer = db, SummaryWriter(logdir)
 
     def scalars(self, values: dict[str, float], step: int) -> None:
         for tag, v in values.items():

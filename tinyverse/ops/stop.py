@@ -1,29 +1,40 @@
-"""``clear --kill-players/--kill-trainers``: stop registered workers, on this machine by signal, elsewhere by asking."""
+"""``clear``: delete a namespace's data; stop its workers, here by signal, elsewhere by asking through the database."""
 
 import socket
 import time
 
 import psutil
 
-from ..database import Database
+from ..database import masked
+from ..errors import TinyverseError
 from ..workers import HEARTBEAT_EVERY, digest
+from .monitor import namespaces
 
 
-def _alive(p: psutil.Process) -> bool:
-    try:
-        return p.status() != psutil.STATUS_ZOMBIE  # a zombie has exited already
-    except psutil.NoSuchProcess:
-        return False
+def mode_clear(args):
+    """Stop workers and/or delete sessions, params and metrics (--all: everything)."""
+    roles = {r for r, on in (("player", args.kill_players), ("trainer", args.kill_trainers)) if on or args.all}
+    what = dict(sessions=args.del_sessions, params=args.del_weights, metrics=args.del_metrics)
+    what = {k: on or args.all for k, on in what.items()}
+    if not (roles or any(what.values())):
+        raise TinyverseError("say what to clear: --all, --del-{sessions,weights,metrics} or --kill-{players,trainers}")
+    if not (dbs := namespaces(args)):
+        print(f"nothing to clear: no experiments in {masked(args.url)}")
+    for db in dbs:
+        stopping = [w for w in db.workers() if w.get("role") in roles]
+        for w in stopping:
+            print(f"{db.prefix}: {stop_worker(db, w)}")
+        asked = {w["id"] for w in stopping if db.stop_requested(w["id"])}
+        deadline = time.monotonic() + 3 * HEARTBEAT_EVERY
+        while asked & {w["id"] for w in db.workers()} and time.monotonic() < deadline:
+            time.sleep(0.2)  # they stop at their next heartbeat: a clear must not race their last writes
+        db.clear(**what, workers=args.all)
+        print(f"{db.prefix}: cleared {', '.join(k for k, on in what.items() if on) or 'no data'}")
 
 
-def stop_worker(db: Database, worker: dict, timeout: float = 10.0) -> str:
-    """Stop a registered worker; say what was done.
-
-    On another machine it is asked through the database and stops at its next
-    heartbeat. On this one it gets SIGTERM (warm shutdown), SIGKILL if it hangs,
-    unless its PID now belongs to another process (PIDs get reused): the start
-    time and command line recorded at registration must still match.
-    """
+def stop_worker(db, worker: dict, timeout: float = 10.0) -> str:
+    """Stop a registered worker and say how: on another machine by asking; here by SIGTERM (SIGKILL if it hangs),
+    unless its PID now belongs to another process (the start time and command line it registered differ)."""
     name = f"{worker['role']} pid {worker['pid']}"
     if worker.get("host") != socket.gethostname():
         db.request_stop(worker["id"])
@@ -38,24 +49,16 @@ def stop_worker(db: Database, worker: dict, timeout: float = 10.0) -> str:
         return f"{name} is gone (or its PID now belongs to another process): left alone"
     p.terminate()
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not _alive(p):
-            return f"stopped {name}"
+    while _alive(p) and time.monotonic() < deadline:
         time.sleep(0.1)
+    if not _alive(p):
+        return f"stopped {name}"
     p.kill()
     return f"killed {name} (it did not stop within {timeout:.0f}s)"
 
 
-def stop_workers(db: Database, roles: set[str]) -> list[str]:
-    """Stop every registered worker of ``roles``; say what was done for each.
-
-    Workers on other machines stop at their next heartbeat: wait a little for
-    them to leave, so that a ``clear`` that follows does not race their last writes.
-    """
-    said = [stop_worker(db, w) for w in db.workers() if w.get("role") in roles]
-    asked = {w["id"] for w in db.workers() if w.get("role") in roles and db.stop_requested(w["id"])}
-    deadline = time.monotonic() + 3 * HEARTBEAT_EVERY
-    while asked and time.monotonic() < deadline:
-        time.sleep(0.2)
-        asked &= {w["id"] for w in db.workers()}
-    return said
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE  # a zombie has exited already
+    except psutil.NoSuchProcess:
+        return False
