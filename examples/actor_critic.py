@@ -10,10 +10,9 @@ policy (RLlib calls this APPO); with ``clip`` 0, IMPALA's own policy gradient
 well, plain A2C: every tick taken as on-policy, nothing corrects for the lag.
 """
 
-import os
-
 import numpy as np
 import torch
+from common import pick_device
 
 
 @torch.no_grad()
@@ -118,10 +117,6 @@ def prepare(exp, learning_rate: float) -> None:
     """The trainer's device (``$TINYVERSE_DEVICE``: auto = CUDA when there is one; per process, not an
     option) and its optimizer: Adam rather than A2C's RMSprop, whose averages start at 0 in PyTorch and make
     the first steps 10x too large."""
-    device = os.environ.get("TINYVERSE_DEVICE", "auto")
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    assert not device.startswith("cuda") or torch.cuda.is_available(), f"device {device} but no CUDA device"
-    exp.device = torch.device(device)
+    exp.device = pick_device()
     exp.net.to(exp.device)
     exp.optimizer = torch.optim.Adam(exp.net.parameters(), lr=learning_rate, eps=1e-5)

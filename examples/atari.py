@@ -7,47 +7,15 @@
     python -m tinyverse atari.py eval -n 5               # 5 greedy games, an mp4 each in ./records
     python -m tinyverse atari.py run --set env_id=ALE/Breakout-v5 --set "actions=NOOP,FIRE,RIGHT,LEFT"
 
-Players act with params that are a few versions old (they pick new ones up
-between sessions, and more players mean more lag). The learner corrects for
-that with V-trace (Espeholt et al. 2018, https://arxiv.org/abs/1802.01561):
-``act`` returns, besides the actions, the behaviour policy's log-probability of
-each action, which players record per tick (``outputs.logp``); the trainer
-weighs every tick by the ratio of the current policy's probability to it,
-clipped at ``rho_bar`` (TD errors) and ``c_bar`` times ``lam`` (how far a value
-target looks ahead). With no lag the ratios are 1 and the targets are
-lambda-returns within the session.
+Players act with params a few versions old and record each action's log-probability (``outputs.logp``);
+the trainer corrects for the lag with V-trace and takes PPO's clipped surrogate on its advantages (APPO,
+``actor_critic.py``), so each recorded tick is trained on ``max_reuse`` times. Frames are the emulator's
+grayscale at 80x80, each stored once: the window of the last 4 is the agent's memory, rebuilt by the
+trainer (``wrappers.py``). The network is the A3C paper's, channels-last. The trainer's device:
+``--device`` / ``TINYVERSE_DEVICE``. Design and measured results: docs/examples.rst.
 
-The policy loss is PPO's clipped surrogate (Schulman et al. 2017,
-https://arxiv.org/abs/1707.06347) on V-trace's advantages, normalized per
-batch, with the ratio taken to the players' recorded policy: RLlib calls this
-APPO. The clip lets the trainer use every tick ``max_reuse`` = 4 times, as PPO
-uses a rollout for 4 epochs: on Pong, IMPALA's own loss (``--set clip=0``,
-each tick used twice) was still at -20.6 after 21 minutes on 2 cores, where
-this one, then as fast a trainer, reached -15 after 31. With the network
-channels-last it reaches -15 after 17 minutes, 0 after 23: 0.6x the wall time
-of Stable-Baselines3 PPO on the same machine (``bench/atari_learn.py``).
-``--set vtrace=false`` drops V-trace (value targets and advantages as if the
-data were on-policy), and with ``--set clip=0`` too nothing corrects for the
-lag: plain A2C on lagged data.
-
-The game settings are those of ``PongNoFrameskip-v4`` with Stable-Baselines3's
-Atari wrappers, on which the measured figures are: no sticky actions
-(``--set sticky_actions=0.25`` for ALE v5's default), 4 frames per agent step,
-up to 30 NOOPs at reset. Frames are the emulator's grayscale, cropped to the
-field and area-downscaled to 80x80 uint8, and each is stored once: the agent's
-window of the last 4 frames is its *memory* (the 3 previous frames), stored
-once per session; the trainer rebuilds every tick's window from it
-(``wrappers.window_indices``). The network is the one of the A3C paper
-(16 and 32 filters, 256 hidden units: 2x cheaper to train than the Nature-DQN
-torso on 2 CPU cores, bench/atari_learn.py ``--profile``); ``--set net=nature``
-picks the larger one.
-
-The trainer samples among the newest ``recent_sessions`` sessions and the loops
-hold a pace of ``max_reuse`` uses of each recorded tick on average
-(updates_per_step = max_reuse / (train_batch_size x session_length)). Options
-(``Args``) come from ``--set name=value``; the first worker stores them, the
-others adopt them. The trainer's device is per process: ``--device`` /
-``TINYVERSE_DEVICE`` = auto (CUDA when available) | cpu | cuda.
+IMPALA / V-trace: https://arxiv.org/abs/1802.01561. PPO: https://arxiv.org/abs/1707.06347.
+A3C: https://arxiv.org/abs/1602.01783.
 """
 
 from dataclasses import dataclass
@@ -57,12 +25,10 @@ import numpy as np
 import torch
 import torch.nn as nn
 from actor_critic import declare_pace, loss, prepare, sample_recent, vtrace  # noqa: F401  (vtrace: tests, readers)
+from common import layer_init
 from wrappers import ActionSubset, FrameMemory, NoopReset, Preprocess, window_indices
 
 import tinyverse
-
-# torch's default thread count made a DQN run 4x slower with several processes on 2 cores
-torch.set_num_threads(1)
 
 
 @dataclass
@@ -150,13 +116,6 @@ def register_ale():
     except ImportError:
         raise ImportError("the Atari games need ale-py: pip install -e '.[examples,atari]'", name="ale_py") from None
     gym.register_envs(ale_py)
-
-
-def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias: float = 0.0) -> nn.Module:
-    """Orthogonal init as in OpenAI baselines / CleanRL."""
-    nn.init.orthogonal_(layer.weight, std)
-    nn.init.constant_(layer.bias, bias)
-    return layer
 
 
 class ActorCritic(nn.Module):

@@ -18,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 import tinyverse
+from tinyverse import nstep_transitions
 
 
 @dataclass
@@ -114,9 +115,9 @@ class CartPoleNumPy(tinyverse.Experiment):
 
     def train_step(self, batch):
         a = self.args
-        obs = batch["observations"][:, :-1].reshape(-1, 4)
-        actions = batch["actions"].reshape(-1)
-        returns, discount, next_obs = (x.reshape(len(obs), *x.shape[2:]) for x in n_step(batch, a.n_step, a.gamma))
+        t = nstep_transitions(batch, a.n_step, a.gamma)  # cut at episode ends and at the end of the session
+        obs, next_obs = t.observations.reshape(-1, 4), t.next_observations.reshape(-1, 4)
+        actions, returns, discount = t.actions.reshape(-1), t.returns.reshape(-1), t.discounts.reshape(-1)
         # double DQN: the online net picks the next action, the target net values it
         best = forward(self.q, next_obs)[0].argmax(1)
         rows = np.arange(len(obs))
@@ -150,25 +151,6 @@ class CartPoleNumPy(tinyverse.Experiment):
         self.q = {k: params[f"q.{k}"] for k in self.q}  # decoded arrays are writable and our own
         self.target = {k: params[f"target.{k}"] for k in self.target}
         self.updates = int(params["updates"])
-
-
-def n_step(batch, n: int, gamma: float):
-    """n-step returns, their bootstrap discount (0 after termination) and observation (see cartpole_dqn.py)."""
-    r, terminated = batch["rewards"], batch["terminated"]
-    ended = terminated | batch["truncated"]
-    successor = np.where(ended[..., None], batch["final_observations"], batch["observations"][:, 1:])
-    B, T = r.shape
-    returns, discount = np.zeros((B, T), np.float32), np.ones((B, T), np.float32)
-    last, running = np.broadcast_to(np.arange(T), (B, T)), np.ones((B, T), bool)
-    for k in range(n):
-        tick = np.minimum(np.arange(T) + k, T - 1)
-        on = running & (np.arange(T) + k < T)
-        returns += np.where(on, discount * r[:, tick], 0)
-        discount = np.where(on, discount * gamma, discount)
-        last = np.where(on, tick, last)
-        running = on & ~ended[:, tick]
-    rows = np.arange(B)[:, None]
-    return returns, discount * ~terminated[rows, last], successor[rows, last]
 
 
 def make_experiment(db, args: Args):

@@ -7,90 +7,19 @@
     python -m tinyverse examples/continuous.py eval -n 3                     # greedy episodes, mp4s in ./records
     python -m tinyverse examples/continuous.py run --set env_id=BipedalWalker-v3 --set algo=sac --prefix walker
 
-Configuration: the options (``Args``) come from ``--set name=value``. ``algo`` and ``env_id`` pick the
-preset of the options left unset: RL-Zoo's SB3 hyperparameters (hyperparams/td3.yml, ddpg.yml, sac.yml) for
-Pendulum-v1 (the default), LunarLanderContinuous-v3 (the zoo's v2) and BipedalWalker-v3; every other ``--set``
-overrides the preset. The first worker stores the resolved options and the others adopt them.
+One family of off-policy actor-critics on uniform replay: ``Continuous`` holds what they share (actions
+in [-1, 1], exploration, n-step targets, params) and each algorithm builds its networks and updates them.
+``algo`` and ``env_id`` pick the preset (``PRESETS``: RL-Zoo's SB3 hyperparameters) of the options left
+unset. Exploration (``noise``): gaussian, Ornstein-Uhlenbeck, parameter-space, or none (SAC samples its
+policy), at a scale spread over the players as in Ape-X. Design and measured results: docs/examples.rst.
 
-Algorithms (``algo``), all off-policy, learning from uniform replay of the recorded sessions:
-
-- ``ddpg``: the deterministic policy gradient (Silver et al. 2014, http://proceedings.mlr.press/v32/silver14.html)
-  with deep networks, replay and soft-updated target networks (Lillicrap et al. 2015,
-  https://arxiv.org/abs/1509.02971): the critic regresses Q(s, a) on r + gamma Q'(s', mu'(s')), the actor
-  climbs Q(s, mu(s)).
-- ``td3``: DDPG with three fixes against overestimation (Fujimoto et al. 2018, https://arxiv.org/abs/1802.09477):
-  clipped double Q-learning (two critics; the target takes the smaller of the two target critics), target
-  policy smoothing (the target action is mu'(s') plus Gaussian noise clipped to +-target_noise_clip, then
-  clipped to the bounds) and delayed updates of the actor and the targets (every ``policy_delay`` updates).
-- ``sac``: soft actor-critic (Haarnoja et al. 2018, https://arxiv.org/abs/1801.01290): a tanh-squashed
-  Gaussian policy, twin critics regressed on r + gamma (min Q'(s', a') - alpha log pi(a'|s')) with a' ~ pi(s'),
-  an actor that minimizes alpha log pi(a|s) - min Q(s, a), and the temperature alpha tuned towards an entropy
-  of -act_dim (Haarnoja et al. 2018b, https://arxiv.org/abs/1812.05905). Its exploration is the policy's own
-  sampling: ``noise`` must be ``none``.
-- ``naf``: normalized advantage functions (Gu et al. 2016, https://arxiv.org/abs/1603.00748): one network gives
-  V(s), mu(s) and the entries of a lower-triangular L(s) whose diagonal is exponentiated, and
-  Q(s, a) = V(s) - 1/2 (a - mu(s))^T P(s) (a - mu(s)) with P = L L^T positive definite, so mu(s) is the greedy
-  action, Q(s, mu(s)) = V(s), and the target r + gamma V'(s') needs no maximization.
-
-Actions: the networks work in [-1, 1]^act_dim (tanh outputs; noise is added and clipped there) and ``act``
-maps them affinely onto the env's Box [low, high] (finite bounds required), so sessions hold the env's float32
-actions (B, T, act_dim) and ``train_step`` maps them back. Until the first trained params reach a player
-(their update counter ``updates`` is still 0) it acts uniformly at random, as SB3 does for its
-``learning_starts`` steps (``random_warmup``); eval always acts greedily.
-
-Exploration (``noise``), in [-1, 1] units, with the player's scale s (below):
-
-- ``gaussian``: mu(s) + N(0, s^2) each tick (TD3's, the zoo's ``normal``).
-- ``ou``: mu(s) + x with x an Ornstein-Uhlenbeck process, x <- x - ou_theta x ou_dt + s sqrt(ou_dt) N(0, 1)
-  (DDPG's temporally correlated noise; SB3's theta 0.15 and dt 0.01). x is the player's memory ``memory.ou``
-  (B, act_dim): the core keeps it per environment, stores it with each session and resets it to 0 through
-  ``initial_memory`` when that environment's episode ends.
-- ``param``: parameter-space noise (Plappert et al. 2018, https://arxiv.org/abs/1706.01905). Each environment
-  of a player acts with its own perturbed copy of the policy, weights theta + sigma eps with eps ~ N(0, I)
-  drawn when its episode starts (``memory.fresh`` is 1 in ``initial_memory``: the core sets it again at each
-  episode end) and kept through the episode, while theta follows the trained params. The perturbation lives
-  in the player only: ``get_params`` returns the trained actor. sigma adapts every tick so that the distance
-  sqrt(mean((mu~(s) - mu(s))^2)) between the perturbed and the plain policy's actions on the states played
-  stays near the target s: sigma x param_adapt below it, / param_adapt above (the paper's adaptive scaling;
-  its layer normalization is left out, so sigma is one number for all layers).
-- ``none``: the policy as it is (SAC's own sampling).
-
-Ape-X style scales (https://arxiv.org/abs/1803.00933): player i of n explores with
-s_i = noise_std * noise_spread ** (1 - 2 i / (n - 1)), from noise_std * noise_spread for player 0 down to
-noise_std / noise_spread, noise_std being their geometric mean and a lone player's scale. i and n come from
-TINYVERSE_WORKER_INDEX / TINYVERSE_WORKER_COUNT, which ``run`` sets; when they are unset, i is drawn at
-random from ``noise_players`` (1: noise_std). Every session stores its player's scale as ``info.noise`` (and
-``info.param_sigma`` with param noise, ``info.alpha`` with SAC).
-
-Targets: n-step returns (``n_step``, 1 by default) inside a session, never across an episode end: a
-terminated episode adds no bootstrap, a truncated one bootstraps from its final observation, and the last ticks
-of a session use the m < n steps left (with n > 1, SAC's entropy bonus enters at the bootstrap state only).
-Batches are ``batch_sessions`` sessions of ``session_length`` ticks: 64 x 4 = 256 transitions, SB3's batch
-size. Ticks of one session are consecutive, hence correlated: short sessions bring a batch closer to SB3's 256
-independent draws. On LunarLanderContinuous-v3 (SAC, 3 seeds, 600 s each) 64 x 4 ended at a median eval of
-171 where 16 x 16 ended at 17 (docs/examples.rst); the price is 4x the sessions read per update.
-
-Pacing, as in examples/dqn.py: the loops hold ``replay_ratio`` trainer updates per env step
-(``updates_per_step``; SB3's train_freq 1 with gradient_steps 1, and the zoo's train_freq [1, episode] with
-gradient_steps -1, are both 1 update per env step), starting after ``learning_starts`` env steps, each side
-at most ``pace_slack`` env steps ahead. No hook waits.
-
-Params: the actor, the critics (``q1``, ``q2``) or NAF's network, their targets ``target.*``, SAC's
-``log_alpha`` and the update counter ``updates``, as NumPy arrays. ``local_params = ("target.*",)``: with
-several trainers each keeps its own target networks, soft-updated from the online networks it trains, which
-merge with the others' (the core's parameter server); optimizer state stays in each trainer. Trainers run on
-$TINYVERSE_DEVICE (``--device``; auto: CUDA when available), players on the CPU.
-
-Preset notes: the zoo's DDPG and TD3 entries agree (gamma 0.98, 200k buffer, 10k learning starts, normal
-noise 0.1, lr 1e-3, [400, 300]); SAC's LunarLander learning rate schedule lin_7.3e-4 is kept constant, and its
-BipedalWalker entry's gSDE (use_sde) is replaced by plain SAC sampling. NAF has no zoo entry: it takes the
-defaults of SB3's TD3 (lr 1e-3, gamma 0.99, tau 0.005, 1M buffer), [256, 256] and the zoo's 10k learning
-starts on the Box2D tasks.
+DDPG: https://arxiv.org/abs/1509.02971 (DPG: http://proceedings.mlr.press/v32/silver14.html).
+TD3: https://arxiv.org/abs/1802.09477. SAC: https://arxiv.org/abs/1801.01290, https://arxiv.org/abs/1812.05905.
+NAF: https://arxiv.org/abs/1603.00748. Parameter noise: https://arxiv.org/abs/1706.01905.
+Ape-X: https://arxiv.org/abs/1803.00933.
 """
 
 import math
-import os
-import random
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -98,13 +27,11 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from common import get_weights, load_weights, pick_device, player_slot
 
 import tinyverse
+from tinyverse import nstep_transitions
 
-# torch's default thread count made a DQN run 4x slower with several processes on 2 cores
-torch.set_num_threads(1)
-
-ALGOS = ("ddpg", "td3", "sac", "naf")
 NOISES = ("gaussian", "ou", "param", "none")
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # SAC's log-std clamp (SB3's)
 
@@ -170,22 +97,21 @@ class Args:
 
     def __post_init__(self):
         """Fill the options left unset from the preset of (algo, env_id): the stored options are complete."""
-        if self.algo not in ALGOS:
-            raise tinyverse.TinyverseError(f"algo={self.algo}: choose one of {', '.join(ALGOS)}")
-        if not self.noise:
-            self.noise = "none" if self.algo == "sac" else "gaussian"
+        if self.algo not in DEFAULTS:
+            raise tinyverse.TinyverseError(f"algo={self.algo}: choose one of {', '.join(DEFAULTS)}")
+        for key, value in {**DEFAULTS[self.algo], **PRESETS.get((self.algo, self.env_id), {})}.items():
+            if getattr(self, key) in (None, ""):
+                setattr(self, key, value)
         if self.noise not in NOISES:
             raise tinyverse.TinyverseError(f"noise={self.noise}: choose one of {', '.join(NOISES)}")
         if self.algo == "sac" and self.noise != "none":
             raise tinyverse.TinyverseError(
                 f"noise={self.noise}: sac explores by sampling its own policy, use noise=none"
             )
-        for key, value in {**DEFAULTS[self.algo], **PRESETS.get((self.algo, self.env_id), {})}.items():
-            if getattr(self, key) is None:
-                setattr(self, key, value)
 
 
-# SB3's defaults (DDPG and TD3 alike; SAC's learning rate is 3e-4), used for any env_id without a preset
+# SB3's defaults (DDPG and TD3 alike; SAC's learning rate is 3e-4), used for any env_id without a preset,
+# and each algorithm's exploration
 _SB3 = dict(
     net_arch="256,256",
     learning_rate=1e-3,
@@ -194,8 +120,9 @@ _SB3 = dict(
     buffer_transitions=1_000_000,
     learning_starts=100,
     noise_std=0.1,
+    noise="gaussian",
 )
-DEFAULTS = {"ddpg": _SB3, "td3": _SB3, "sac": {**_SB3, "learning_rate": 3e-4}, "naf": _SB3}
+DEFAULTS = {"ddpg": _SB3, "td3": _SB3, "sac": {**_SB3, "learning_rate": 3e-4, "noise": "none"}, "naf": _SB3}
 # RL-Zoo (hyperparams/td3.yml; ddpg.yml has the same entries for these three envs)
 _ZOO_TD3 = dict(
     net_arch="400,300",
@@ -229,35 +156,6 @@ def player_noise_scale(args: Args, index: int, count: int) -> float:
     if count <= 1:
         return args.noise_std
     return args.noise_std * args.noise_spread ** (1 - 2 * index / (count - 1))
-
-
-def nstep_targets(batch, n: int, gamma: float):
-    """Per tick: the n-step return, the observation to bootstrap from and its discount (0 after a termination).
-
-    A window starting at tick t sums the rewards of ticks t..t+m-1 and stops (m <= n) at the end of its
-    episode, at the end of the session, or after n ticks. It bootstraps from the observation after its last
-    tick: the next one, or the episode's final observation where the episode ended there, with discount
-    gamma^m, or 0 where the episode terminated there.
-    """
-    obs, final = batch["observations"], batch["final_observations"]
-    rewards, terminated = batch["rewards"], batch["terminated"]
-    ended = terminated | batch["truncated"]
-    B, T = rewards.shape
-    after = np.where(ended[..., None], final, obs[:, 1:])  # the observation that follows each tick
-    returns, discounts = np.zeros((B, T)), np.ones((B, T))
-    last = np.zeros((B, T), np.int64)  # each window's last tick
-    going = np.ones((B, T), bool)
-    for k in range(n):
-        tick = np.arange(T) + k
-        step = going & (tick < T)[None]
-        tick = np.minimum(tick, T - 1)[None].repeat(B, 0)
-        returns = np.where(step, returns + discounts * rewards[np.arange(B)[:, None], tick], returns)
-        discounts = np.where(step, discounts * gamma, discounts)
-        last = np.where(step, tick, last)
-        going = step & ~ended[np.arange(B)[:, None], tick]
-    rows = np.arange(B)[:, None]
-    discounts = np.where(terminated[rows, last], 0.0, discounts)
-    return returns.astype(np.float32), after[rows, last], discounts.astype(np.float32)
 
 
 def mlp(sizes: list[int], relu_last: bool = False) -> nn.Sequential:
@@ -361,14 +259,6 @@ def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
             t.lerp_(o, tau)
 
 
-def pick_device() -> torch.device:
-    device = os.environ.get("TINYVERSE_DEVICE", "auto")  # per process: not an option
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    assert not device.startswith("cuda") or torch.cuda.is_available(), f"device {device} but no CUDA device"
-    return torch.device(device)
-
-
 class Continuous(tinyverse.Experiment):
     """What the four algorithms share: actions, exploration, targets, params. Subclasses build and update."""
 
@@ -378,7 +268,7 @@ class Continuous(tinyverse.Experiment):
         super().__init__(db)
         self.args = a = args or Args()
         assert a.n_step >= 1 and a.policy_delay >= 1, "n_step and policy_delay must be at least 1"
-        # the pace the core's loops hold (see the module docstring)
+        # the pace the core's loops hold: replay_ratio updates an env step, after learning_starts, within pace_slack
         self.updates_per_step, self.learning_starts, self.pace_slack = a.replay_ratio, a.learning_starts, a.pace_slack
         self.session_length = a.session_length
         self.buffer_size = max(1, a.buffer_transitions // a.session_length)
@@ -398,11 +288,7 @@ class Continuous(tinyverse.Experiment):
         self.build()
         self.updates = 0  # all trainers' updates (params merge it); players act at random while it is 0
         self.rng = np.random.default_rng()
-        index, count = os.environ.get("TINYVERSE_WORKER_INDEX"), os.environ.get("TINYVERSE_WORKER_COUNT")
-        if index is None or count is None:
-            count = a.noise_players
-            index = random.randrange(count)
-        self.noise_scale = 0.0 if a.noise == "none" else player_noise_scale(a, int(index), int(count))
+        self.noise_scale = 0.0 if a.noise == "none" else player_noise_scale(a, *player_slot(a.noise_players))
         self.param_sigma = a.param_init_std
         self.param_eps: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # per env and policy layer
 
@@ -505,14 +391,13 @@ class Continuous(tinyverse.Experiment):
     def critic_targets(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The batch's (observations, actions in [-1, 1], TD targets), flattened to N = B x T transitions."""
         a, d = self.args, self.device
-        returns, boot, discounts = nstep_targets(batch, a.n_step, a.gamma)
-        obs = torch.as_tensor(batch["observations"][:, :-1], dtype=torch.float32, device=d).flatten(0, 1)
-        actions = torch.as_tensor(self.from_env(batch["actions"]), device=d).flatten(0, 1)
+        t = nstep_transitions(batch, a.n_step, a.gamma)
+        obs = torch.as_tensor(t.observations, dtype=torch.float32, device=d).flatten(0, 1)
+        actions = torch.as_tensor(self.from_env(t.actions), device=d).flatten(0, 1)
         with torch.no_grad():
-            value = self.next_value(torch.as_tensor(boot, dtype=torch.float32, device=d).flatten(0, 1))
-            target = (
-                torch.as_tensor(returns, device=d).flatten() + torch.as_tensor(discounts, device=d).flatten() * value
-            )
+            value = self.next_value(torch.as_tensor(t.next_observations, dtype=torch.float32, device=d).flatten(0, 1))
+            returns, discounts = (torch.as_tensor(x, device=d).flatten() for x in (t.returns, t.discounts))
+            target = returns + discounts * value
         return obs, actions, target
 
     def update(self, obs, actions, target) -> dict[str, float]:
@@ -529,16 +414,10 @@ class Continuous(tinyverse.Experiment):
         return {}
 
     def get_params(self):
-        params = {
-            f"{name}.{k}": v.detach().cpu().numpy().copy()
-            for name, net in self.nets().items()
-            for k, v in net.state_dict().items()
-        }
-        return params | self.extra_params() | {"updates": np.array(self.updates, np.int64)}
+        return get_weights(self.nets()) | self.extra_params() | {"updates": np.array(self.updates, np.int64)}
 
     def set_params(self, params):
-        for name, net in self.nets().items():
-            net.load_state_dict({k: torch.from_numpy(params[f"{name}.{k}"]) for k in net.state_dict()})
+        load_weights(self.nets(), params)
         self.updates = int(params["updates"])
 
 

@@ -6,73 +6,18 @@
     python -m tinyverse examples/dqn.py eval -n 10 --no-record
     python -m tinyverse examples/dqn.py train --set env_id=Acrobot-v1 --set per=0 --prefix acrobot-no-per
 
-Configuration: the options (``Args``) come from ``--set name=value``. ``env_id`` picks the
-environment and its preset (CartPole-v1, the default, Acrobot-v1, LunarLander-v3; RL-Zoo's SB3 DQN
-hyperparameters where they apply); every other ``--set`` overrides the preset, e.g. ``--set per=0``,
-``--set n_step=1``, ``--set learning_rate=1e-3``. The first worker of a run stores the resolved
-options in the database and the others adopt them; a worker whose ``--set`` disagrees stops with
-an error (``--prefix`` keeps differently configured runs apart). Each improvement has a switch, so its
-effect can be measured (``bench/dqn.py --ablate``):
-
-- double Q-learning (``double``): the online net picks the next action, the target net values
-  it. https://arxiv.org/abs/1509.06461
-- dueling heads (``dueling``): Q = V + A - mean(A), each stream with its own hidden layer
-  (``shared_hidden``: one layer shared by both, half the FLOPs).
-  https://arxiv.org/abs/1511.06581
-- n-step returns (``n_step``), computed inside a session and never across an episode end: a
-  terminated episode adds no bootstrap, a truncated one bootstraps from its final observation,
-  and the last ticks of a session use the m < n steps left (a correct, shorter target).
-- prioritized replay (``per``), design below. https://arxiv.org/abs/1511.05952
-- Ape-X exploration (https://arxiv.org/abs/1803.00933): player i of n plays with its own final
-  epsilon, spread geometrically around ``eps_end``:
-  eps_i = eps_end ** ((1 + apex_alpha * q_i) / (1 + apex_alpha / 2)), q_i = (i + 1/2) / n, so a
-  lone player uses ``eps_end``, and many span eps_end ** 0.22 .. eps_end ** 1.78 (0.49 .. 0.003
-  for CartPole's 0.04; Ape-X's 360 actors spanned 0.4 .. 0.0007). Ape-X's own formula,
-  0.4 ** (1 + 7 i / (n - 1)), gave one of 2 players epsilon 0.4 (half the data 40% random); with
-  it 2 players took about 2x the time of one to solve CartPole (``bench/dqn.py``). i and n come
-  from TINYVERSE_WORKER_INDEX / TINYVERSE_WORKER_COUNT that ``run`` sets (a random i of
-  ``apex_players`` when unset). Epsilon decays linearly from ``eps_start`` to eps_i with trainer
-  updates and is stored with every session (``info.epsilon``).
-
-Prioritized replay lives in the TRAINER, not the database. Many players write, one trainer samples,
-and only the trainer knows TD errors: keeping priorities next to it costs no round trip per update,
-needs no new database primitive, and keeps the database a dumb ring of sessions that every backend
-implements alike. The trainer keeps a sum tree over the ring of session ids (leaf = id % capacity).
-Before each batch, ``sample`` reads ``db.session_range()`` (one cheap call): ids newer than any it
-has seen enter with the maximum priority so far, ids below the range (evicted) drop to zero. It
-then draws a batch of ids from the tree, stratified, in O(log N) each, and fetches them with one
-``db.get_batch(ids)``; ids evicted in between are zeroed and the batch redrawn. ``train_step`` sets the
-priorities of the batch's ids (``batch["id"]``) from their TD errors, R2D2's mix for sequences
-p = (eta max|d| + (1 - eta) mean|d| + eps) ** alpha (https://openreview.net/forum?id=r1lyTjAqYX),
-and weighs each session's loss by its importance-sampling weight (N P)^-beta / max, with beta
-annealed to 1. A restarted trainer starts with every stored session at the maximum priority. A
-second trainer would keep its own tree: fine for parameter-server style training, where each
-trainer then prioritizes by its own errors.
-
-Pacing: players and trainers run decoupled; the core's loops hold the replay ratio (updates per env
-step) that the baseline uses, as declared by the options ``replay_ratio``, ``learning_starts`` and
-``pace_slack`` (the Experiment's ``updates_per_step``, ``learning_starts`` and ``pace_slack``). With
-lead = (env steps - learning_starts) - updates / replay_ratio, a player waits while lead > pace_slack
-(this file's own pacing loop did exactly that before), and the trainer waits until learning_starts
-env steps are played and while lead < -pace_slack: updates <= replay_ratio x (env steps -
-learning_starts + pace_slack). That is the bound this file's trainer kept before (updates <=
-replay_ratio x env steps) when learning_starts = pace_slack, as in the CartPole preset; the
-Acrobot/LunarLander preset (learning_starts 0, as SB3's zoo) lets the trainer run up to
-replay_ratio x pace_slack updates ahead of it.
-
-More players (``batch_per_player``, on by default; ``--set batch_per_player=false`` turns it off):
-the trainer's batch is ``batch_sessions`` per live player, and the core's pace counts an update of
-n x ``batch_sessions`` as n updates, as do this file's schedules (epsilon, PER's beta, the target
-net's copies): every transition is sampled as often, in fewer, larger updates, which cost less than
-their size on a CPU. Measured on 2 cores (``bench/dqn.py``, 3 seeds, median time to solve): CartPole
-1 player 38 s, 2 players 30 s, 2 players with larger batches 18 s; Acrobot 68, 58 and 56 s.
-The whole matrix in one script (2026-12-01, 3 seeds, 2 cores; SB3's time = 1): 1 player
-CartPole 1.61, Acrobot 0.63, LunarLander 0.92 (2 of 3 solved); 2 players 1.17, 0.76, 0.32 (docs:
-examples; with the streams sharing their hidden layer, 1 player took 3.07, 0.81 and 0.83).
+``env_id`` picks a preset (``PRESETS``: RL-Zoo's SB3 DQN hyperparameters for CartPole-v1, the default,
+Acrobot-v1 and LunarLander-v3) of the options left unset; each improvement has a switch, so that
+``bench/dqn.py --ablate`` can measure it: double Q-learning (``double``,
+https://arxiv.org/abs/1509.06461), dueling heads (``dueling``, https://arxiv.org/abs/1511.06581),
+n-step returns (``n_step``), prioritized replay kept by the trainer, not the database (``per``,
+https://arxiv.org/abs/1511.05952, with R2D2's priorities of sequences,
+https://openreview.net/forum?id=r1lyTjAqYX), and Ape-X's spread of the players' epsilons
+(https://arxiv.org/abs/1803.00933). Each live player adds ``batch_sessions`` to the trainer's batch
+(``batch_per_player``), counted so by the pace and the schedules. Design and measured results:
+docs/examples.rst.
 """
 
-import os
-import random
 import threading
 from dataclasses import dataclass
 
@@ -81,11 +26,10 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from common import apex_epsilon, epsilon_greedy, get_weights, linear, load_weights, player_slot
 
 import tinyverse
-
-# torch's default thread count made a DQN run 4x slower with several processes on 2 cores
-torch.set_num_threads(1)
+from tinyverse import nstep_transitions
 
 
 @dataclass
@@ -151,26 +95,24 @@ class Args:
 
     def __post_init__(self):
         """Fill the options left unset from the env_id's preset: the stored options are complete."""
-        for key, value in {**DEFAULTS, **PRESETS.get(self.env_id, {})}.items():
+        for key, value in PRESETS.get(self.env_id, PRESETS["CartPole-v1"]).items():
             if getattr(self, key) is None:
                 setattr(self, key, value)
 
 
-# RL-Zoo's SB3 DQN hyperparameters (hyperparams/dqn.yml), in this file's terms: CartPole-v1's
-# (and any other env_id's) are DEFAULTS, the others' differ where PRESETS says
-DEFAULTS = dict(
-    learning_rate=2.3e-3,
-    batch_sessions=4,
-    buffer_transitions=100_000,
-    replay_ratio=0.5,
-    learning_starts=1000,
-    target_every=128,
-    eps_end=0.04,
-    exploration_steps=8000,
-    per_beta_updates=20_000,
-)
+# RL-Zoo's SB3 DQN hyperparameters (hyperparams/dqn.yml) in this file's terms; CartPole-v1's serve any other env_id
 PRESETS = {
-    "CartPole-v1": {},
+    "CartPole-v1": dict(
+        learning_rate=2.3e-3,
+        batch_sessions=4,
+        buffer_transitions=100_000,
+        replay_ratio=0.5,
+        learning_starts=1000,
+        target_every=128,
+        eps_end=0.04,
+        exploration_steps=8000,
+        per_beta_updates=20_000,
+    ),
     "Acrobot-v1": dict(
         learning_rate=6.3e-4,
         batch_sessions=8,
@@ -184,45 +126,6 @@ PRESETS = {
     ),
 }
 PRESETS["LunarLander-v3"] = PRESETS["Acrobot-v1"]
-
-
-def apex_epsilon(args: Args, index: int, count: int) -> float:
-    """Final epsilon of player ``index`` of ``count``: Ape-X's spread, centred on eps_end (see above)."""
-    quantile = (index + 0.5) / count
-    return args.eps_end ** ((1 + args.apex_alpha * quantile) / (1 + args.apex_alpha / 2))
-
-
-def nstep_targets(observations, final_observations, rewards, terminated, truncated, n: int, gamma: float):
-    """n-step returns inside sessions: (returns, bootstrap observations, discounts, their ticks).
-
-    For tick t the return sums rewards of ticks t..t+m-1, where m <= n stops at the end of the
-    episode (if it ends in the window) or of the session. The target is then
-    ``returns + discounts * V(bootstrap observations)``: discount gamma^m, zero after a
-    termination; the observation after tick t+m-1, the episode's final one after a truncation.
-    The last array says where each bootstrap observation is in ``observations`` (t+m), or -1
-    where it is a final observation.
-    """
-    B, T = rewards.shape
-    ended = terminated | truncated
-    returns = np.zeros((B, T), np.float32)
-    discounts = np.zeros((B, T), np.float32)
-    boot = np.zeros_like(final_observations)
-    index = np.full((B, T), -1)
-    live = np.ones((B, T), bool)
-    t = np.arange(T)
-    for k in range(n):
-        i = np.minimum(t + k, T - 1)
-        inside = (t + k < T)[None]
-        step = live & inside
-        returns += np.where(step, gamma**k * rewards[:, i], 0)
-        e = ended[:, i]
-        stop = step & (e | (k == n - 1) | (t + k == T - 1)[None])
-        discounts = np.where(stop, np.where(terminated[:, i], 0.0, gamma ** (k + 1)), discounts)
-        after = np.where(e[..., None], final_observations[:, i], observations[:, i + 1])
-        boot = np.where(stop[..., None], after, boot)
-        index = np.where(stop, np.where(e, -1, i + 1), index)
-        live &= ~stop
-    return returns, boot, discounts.astype(np.float32), index
 
 
 class SumTree:
@@ -261,7 +164,11 @@ class SumTree:
 
 
 class PrioritizedReplay:
-    """The trainer's priorities over the database's ring of session ids (see the module docstring)."""
+    """The trainer's priorities over the database's ring of session ids: a sum tree, leaf = id % capacity.
+
+    ``sync`` follows ``db.session_range()``: new ids enter at the maximum priority, evicted ones drop to 0;
+    ``draw`` picks ids in proportion to priority (stratified); ``update`` sets them from TD errors.
+    """
 
     def __init__(self, capacity: int, alpha: float, rng: np.random.Generator | None = None):
         self.tree = SumTree(capacity)
@@ -361,7 +268,7 @@ class DQN(tinyverse.Experiment):
         super().__init__(db)
         self.args = a = args or Args()
         assert a.n_step >= 1, "n_step must be at least 1"
-        # the pace the core's loops hold (see the module docstring)
+        # the pace the core's loops hold: replay_ratio updates an env step, after learning_starts, within pace_slack
         self.updates_per_step, self.learning_starts, self.pace_slack = a.replay_ratio, a.learning_starts, a.pace_slack
         self.session_length = a.session_length
         self.buffer_size = max(1, a.buffer_transitions // a.session_length)
@@ -380,11 +287,7 @@ class DQN(tinyverse.Experiment):
         self.since_target = 0  # this trainer's updates since it refreshed its own target net
         self.rng = np.random.default_rng()
         self.per: PrioritizedReplay | None = None
-        index, count = os.environ.get("TINYVERSE_WORKER_INDEX"), os.environ.get("TINYVERSE_WORKER_COUNT")
-        if index is None or count is None:
-            count = a.apex_players
-            index = random.randrange(count)
-        self.final_epsilon = apex_epsilon(a, int(index), int(count))
+        self.final_epsilon = apex_epsilon(a.eps_end, a.apex_alpha, *player_slot(a.apex_players))
 
     def make_env(self, render_mode=None):
         return gym.make(self.args.env_id, render_mode=render_mode)
@@ -394,15 +297,13 @@ class DQN(tinyverse.Experiment):
         # Decays with trainer updates, not this player's steps: a fast player (or ten) would
         # otherwise reach its final epsilon before the net knows anything.
         a = self.args
-        progress = min(1.0, self.updates / max(a.exploration_steps * a.replay_ratio, 1))
-        return a.eps_start + (self.final_epsilon - a.eps_start) * progress
+        return linear(a.eps_start, self.final_epsilon, self.updates / max(a.exploration_steps * a.replay_ratio, 1))
 
     @torch.no_grad()
     def act(self, observations, memory, greedy=False):
         actions = self.q(torch.as_tensor(observations, dtype=torch.float32)).argmax(1).numpy()
         if not greedy:
-            explore = self.rng.random(len(actions)) < self.epsilon()
-            actions = np.where(explore, self.rng.integers(self.n_act, size=len(actions)), actions)
+            actions = epsilon_greedy(self.rng, actions, self.n_act, self.epsilon())
         return actions, memory
 
     def session_info(self):
@@ -416,8 +317,7 @@ class DQN(tinyverse.Experiment):
         self.optimizer = torch.optim.Adam(self.q.parameters(), lr=self.args.learning_rate, fused=True)
 
     def beta(self) -> float:
-        a = self.args
-        return min(1.0, a.per_beta + (1 - a.per_beta) * self.updates / max(a.per_beta_updates, 1))
+        return linear(self.args.per_beta, 1.0, self.updates / max(self.args.per_beta_updates, 1))
 
     def sample(self, db, batch_size):
         if not self.args.per:
@@ -439,36 +339,33 @@ class DQN(tinyverse.Experiment):
         w = (len(self.per) * np.array([prob[i] for i in batch["id"].tolist()])) ** -self.beta()
         return batch | {"is_weight": (w / w.max()).astype(np.float32)}
 
+    def bootstrap_value(self, t, q_all: torch.Tensor) -> torch.Tensor:
+        """max_a Q(s', a) of every transition's bootstrap observation s' (B x T,), double Q: the online net's
+        pick, read from its forward ``q_all`` over the session where s' is in it, valued by the target net."""
+        boot = torch.as_tensor(t.next_observations, dtype=torch.float32).flatten(0, 1)
+        if not self.args.double:
+            return self.target(boot).max(1).values
+        B, T = t.returns.shape
+        index = torch.as_tensor(t.next_index).flatten()
+        picks = q_all[torch.arange(B).repeat_interleave(T), index.clamp(min=0)]
+        final = ((index < 0) & torch.as_tensor(t.discounts > 0).flatten()).nonzero().squeeze(1)
+        if final.numel():  # truncated: bootstrap from the final observation
+            picks[final] = self.q(boot[final])
+        return self.target(boot).gather(1, picks.argmax(1, keepdim=True)).squeeze(1)
+
     def train_step(self, batch):
         a = self.args
         B, T = batch["rewards"].shape
-        returns, boot, discounts, index = nstep_targets(
-            batch["observations"],
-            batch["final_observations"],
-            batch["rewards"],
-            batch["terminated"],
-            batch["truncated"],
-            a.n_step,
-            a.gamma,
-        )
+        t = nstep_transitions(batch, a.n_step, a.gamma)
         # double Q: one forward of the online net over all T+1 observations gives both the
         # trained Q(s_t, a_t) and its pick at the bootstrap observations, which are s_{t+m}
         # except after a truncation (a final observation: forwarded apart, rarely)
         obs = torch.as_tensor(batch["observations"][:, : T + 1 if a.double else T], dtype=torch.float32)
         q_all = self.q(obs.flatten(0, 1)).view(B, obs.shape[1], -1)
-        boot = torch.as_tensor(boot, dtype=torch.float32).flatten(0, 1)
-        actions = torch.as_tensor(batch["actions"]).flatten().long()
         with torch.no_grad():
-            if a.double:  # the online net picks the action, the target net values it
-                index = torch.as_tensor(index).flatten()
-                picks = q_all.detach()[torch.arange(B).repeat_interleave(T), index.clamp(min=0)]
-                final = ((index < 0) & torch.as_tensor(discounts > 0).flatten()).nonzero().squeeze(1)
-                if final.numel():  # truncated: bootstrap from the final observation
-                    picks[final] = self.q(boot[final])
-                value = self.target(boot).gather(1, picks.argmax(1, keepdim=True)).squeeze(1)
-            else:
-                value = self.target(boot).max(1).values
-            target = torch.as_tensor(returns).flatten() + torch.as_tensor(discounts).flatten() * value
+            value = self.bootstrap_value(t, q_all.detach())
+            target = torch.as_tensor(t.returns).flatten() + torch.as_tensor(t.discounts).flatten() * value
+        actions = torch.as_tensor(t.actions).flatten().long()
         q = q_all[:, :T].flatten(0, 1).gather(1, actions[:, None]).squeeze(1)
         per_session = F.smooth_l1_loss(q, target, reduction="none").view(B, T).mean(1)
         weights = torch.as_tensor(batch["is_weight"]) if "is_weight" in batch else torch.ones(B)
@@ -489,13 +386,10 @@ class DQN(tinyverse.Experiment):
 
     # -- params -----------------------------------------------------------------
     def get_params(self):
-        params = {f"q.{k}": v.numpy().copy() for k, v in self.q.state_dict().items()}
-        params |= {f"target.{k}": v.numpy().copy() for k, v in self.target.state_dict().items()}
-        return params | {"updates": np.array(self.updates, np.int64)}
+        return get_weights({"q": self.q, "target": self.target}) | {"updates": np.array(self.updates, np.int64)}
 
     def set_params(self, params):
-        for name, net in (("q", self.q), ("target", self.target)):
-            net.load_state_dict({k: torch.from_numpy(params[f"{name}.{k}"]) for k in net.state_dict()})
+        load_weights({"q": self.q, "target": self.target}, params)
         self.updates = int(params["updates"])
 
 

@@ -8,91 +8,15 @@
     python -m tinyverse recurrent.py run --set env_id=VizdoomDefendCenter-v1 --set attention=4   # soft attention
     python -m tinyverse recurrent.py eval -n 5               # greedy episodes, an mp4 each in ./records
 
-The agent's memory is a GRU's hidden state ``h``. Players keep it per
-environment, reset it to zeros when an episode ends (``initial_memory``), and
-the core stores it before every session's first tick (``memory.h``, (B, H)).
-The trainer unrolls each session from that stored state, resetting it to
-zeros before the first tick of every episode that starts inside the session
-(``unroll``): with the same params it recomputes exactly what the player
-computed, tick for tick (``tests/test_recurrent.py`` checks the recorded
-log-probabilities against the trainer's).
+The agent's memory is a GRU's hidden state ``h``: players keep it per environment, reset at episode
+ends; the core stores it before every session's first tick (``memory.h``) and the trainer unrolls each
+session from it (``unroll``), as is (``burn_in``: R2D2's burn-in, off). The learner is atari.py's
+(``actor_critic.py``). CartPole sees only the cart's position and the pole's angle; ViZDoom plays at
+48x80 in colour; ``flicker`` blanks frames; ``attention`` pools the map with soft spatial attention.
+Design and measured results: docs/examples.rst.
 
-Stale state: the stored ``h`` was computed by the params that played, which
-are a few updates older than the trainer's. R2D2 (Kapturowski et al. 2019,
-https://openreview.net/forum?id=r1lyTjAqYX) compares replaying from the
-stored state with a "burn-in" of the first ticks (unrolled without a loss, to
-let the current params warm the state up). Here the stored state is replayed
-as is (``burn_in`` = 0 by default) because the learner is on-policy with a
-lag correction: sessions are sampled among the newest ``recent_sessions``,
-so the state is at most a few params versions old (R2D2's replay holds
-states millions of updates old), and what staleness there is shows up where
-V-trace already looks: the trainer's policy on the replayed state against
-the player's recorded probabilities (``rho_mean``, ``rho_clipped``). A
-burn-in would also cost a part of each 25-tick session's loss.
-``--set burn_in=K`` unrolls the first K ticks without a gradient and without a
-loss, as R2D2 does, for comparison. Measured on masked CartPole
-(``bench/recurrent.py``, 2 cores): replaying the stored state reached the bar
-(greedy eval mean 475) in 0.7, 1.4 and 0.8 minutes (62k, 116k, 54k env steps),
-a 5-tick burn-in in 1.8 (152k); and the first tick of a session, replayed from
-the stored state, is no further off the players' policy than the later ticks
-(mean |ratio - 1| 0.07-0.09 at tick 0 against 0.10-0.11 after it, at a lag of
-1.8 params versions).
-
-The learner is the one of ``examples/atari.py``, shared through
-``examples/actor_critic.py`` (APPO: PPO's clipped surrogate on V-trace
-advantages, cut at episode ends, bootstrapped from truncated episodes' last
-observations; ``--set clip=0`` for IMPALA's loss, with ``--set vtrace=false``
-plain A2C; the pace holds ``max_reuse`` uses of every recorded tick).
-Recurrent DQN (R2D2) was the other road; on-policy was chosen because its
-data are fresh by construction (the stale-state problem stays small) and
-because it is the learner already measured in this project. Rewards are
-scaled for training (``reward_scale``): CartPole's +1 a step is worth up to 100
-with gamma 0.99, and unscaled the value loss's gradient took all of the clipped
-norm (``max_grad_norm``): the masked-CartPole GRU did not learn in 260k steps,
-where with 0.1 its greedy eval reached 500 after 150k.
-
-Environments: CartPole (default) sees only the cart's position and the pole's
-angle (``keep``, ``wrappers.ObservationSubset``): one frame cannot tell which
-way the pole moves, so a feedforward policy on 1 frame (``--set net=ff``)
-cannot balance it for long, while the GRU can (``bench/recurrent.py``: the GRU's
-greedy eval mean reached 500 within 0.7-1.4 minutes in 3 runs out of 3; the
-1-frame agent's best was 49 in 10 minutes and 4.3M env steps).
-ViZDoom's scenarios (``env_id`` starting with ``Vizdoom``) are played at
-160x120, ``frame_skip`` tics an agent step (repeated by ViZDoom in C++), the
-no-op action dropped (``actions``), the screen cropped below the ceiling and
-downscaled 2x to 48x80 in colour (``wrappers.DoomScreen`` + ``Preprocess``):
-colour tells medkits from the green acid floor and monsters from walls that
-luminance alone renders alike. ``window`` > 1 stacks the last frames
-(``--set net=ff --set window=4``: the window-only feedforward baseline).
-Measured on DefendCenter (``bench/recurrent.py``, one hour each on 2 cores,
-one run each): training returns over the last 10 minutes 8.6 with the GRU,
-7.7 with the 4-frame window, 0.6 for random play, but 10.1 with a 1-frame
-feedforward agent: the window's cost (3.2x fewer agent steps), not memory,
-held that baseline back. On HealthGathering: 945, 417 and 398, but the GRU's
-mean swung between about 500 and 1,600 after reaching 1,574 in its first 10
-minutes (at 3e-4 it settled on a no-medkit episode instead), and a 1-frame feedforward
-agent learned as fast in a 20-minute control: one frame shows the medkits.
-``flicker`` (``wrappers.Flicker``) blanks frames at random to make a game
-need memory: on DefendCenter with half the frames blanked (30 minutes each)
-the 1-frame agent peaked as high as the GRU, then fell back (last 10 minutes
-5.2 against 7.0; one seed each).
-
-Soft spatial attention (``--set attention=K``, image games): instead of
-flattening the last convolution's map (4x8 places of 32 features on Doom's
-48x80 frames), K heads each score every place with a learned 1x1
-convolution, softmax the scores over the places, and pool the features (and
-the place's coordinates) with those weights (``SpatialAttention``). The
-queries are learned constants, not the GRU's state (Mott et al. 2019,
-https://arxiv.org/abs/1906.02500, query from the LSTM): where a head looks
-depends on the frame only, so the map stays one encoder pass per tick and
-the trainer encodes all ticks at once. Eval videos tint the screen red where
-the heads look (``AttentionVideo``; the weights of the step before the frame).
-Whether it helps is not known yet: a first DefendCenter run with 4 heads and
-the defaults collapsed in its third minute (policy entropy 0.03, returns at
-random play's 0.45, stopped at 10 minutes), where the flattening agent
-learned steadily. With ``--set learning_rate=3e-4`` it did not collapse but
-learned slower over 8 minutes (training mean 3.4-3.9 from minute 3 on, against
-the flattening agent's 8.2-8.4 at 1e-3 from minute 5 on).
+R2D2: https://openreview.net/forum?id=r1lyTjAqYX. DRQN: https://arxiv.org/abs/1507.06527.
+Soft attention (query from the LSTM there): https://arxiv.org/abs/1906.02500.
 """
 
 from dataclasses import dataclass
@@ -102,12 +26,10 @@ import numpy as np
 import torch
 import torch.nn as nn
 from actor_critic import declare_pace, loss, prepare, sample_recent, vtrace  # noqa: F401  (vtrace: tests, readers)
+from common import layer_init
 from wrappers import ActionSubset, DoomScreen, Flicker, ObservationSubset, Preprocess, window_indices
 
 import tinyverse
-
-# torch's default thread count made a DQN run 4x slower with several processes on 2 cores
-torch.set_num_threads(1)
 
 
 @dataclass
@@ -189,13 +111,6 @@ class Args:
             self.reward_scale = next((v for k, v in presets.items() if self.env_id.startswith(k)), 1.0)
         assert self.net in ("gru", "ff"), f"net {self.net!r}: gru or ff"
         assert self.window >= 1 and 0 <= self.burn_in < self.session_length and self.attention >= 0
-
-
-def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias: float = 0.0) -> nn.Module:
-    """Orthogonal init as in OpenAI baselines / CleanRL."""
-    nn.init.orthogonal_(layer.weight, std)
-    nn.init.constant_(layer.bias, bias)
-    return layer
 
 
 class SpatialAttention(nn.Module):

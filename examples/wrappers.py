@@ -16,9 +16,7 @@ The window of the last K frames can live in two places:
   so every frame is stored once and the trainer rebuilds the window of every
   tick from that memory and the session's observations (``window_indices``).
   That cuts the stored frames 4x for K = 4 (2.7x fewer bytes once zlib has squeezed both, bench/atari.py).
-
-Both start an episode with zero frames before its first one, so a window
-rebuilt by the trainer equals the one the player acted on.
+  Both start an episode with zero frames, so a window the trainer rebuilds equals the one the player saw.
 """
 
 from collections.abc import Sequence

@@ -1,13 +1,15 @@
-"""examples/dqn.py: the sum tree, n-step targets, prioritized replay on a real database, smoke runs."""
+"""examples/dqn.py: the sum tree, double-Q targets, prioritized replay on a real database, smoke runs."""
 
 import dataclasses
 import importlib.util
 import itertools
+import sys
 
 import numpy as np
 import pytest
 from conftest import ROOT, optional, run_cli
 
+from tinyverse import nstep_transitions
 from tinyverse.database import connect
 from tinyverse.player import play
 from tinyverse.trainer import train
@@ -15,6 +17,7 @@ from tinyverse.workers import Worker
 
 optional("torch")  # the example imports it: skip on a developer machine, fail in CI
 DQN_FILE = ROOT / "examples" / "dqn.py"
+sys.path.insert(0, str(ROOT / "examples"))  # as the loader does: dqn.py imports its neighbour common.py
 _spec = importlib.util.spec_from_file_location("dqn_example", DQN_FILE)
 dqn = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(dqn)
@@ -82,46 +85,6 @@ def test_sum_tree_update_and_draw_touch_log_n_nodes():
         assert updated <= 32 * (1 + 3 * levels) and drawn <= 32 * (1 + 2 * levels), (levels, updated, drawn)
 
 
-# -- n-step targets -------------------------------------------------------------
-def hand_made_sessions():
-    """Two sessions of 6 ticks; the first has a termination at tick 1 and a truncation at tick 4."""
-    B, T = 2, 6
-    obs = np.arange(B * (T + 1), dtype=np.float32).reshape(B, T + 1, 1) * 10  # o[b, t] = 10 (7b + t)
-    final = np.zeros((B, T, 1), np.float32)
-    final[0, 1], final[0, 4] = -1.0, -4.0
-    rewards = np.tile(np.arange(1, T + 1, dtype=np.float32), (B, 1))  # r_t = t + 1
-    terminated, truncated = np.zeros((B, T), bool), np.zeros((B, T), bool)
-    terminated[0, 1], truncated[0, 4] = True, True
-    return obs, final, rewards, terminated, truncated
-
-
-def test_nstep_targets_stop_at_episode_ends_and_session_end():
-    obs, final, rewards, terminated, truncated = hand_made_sessions()
-    returns, boot, disc, index = dqn.nstep_targets(obs, final, rewards, terminated, truncated, n=3, gamma=0.5)
-    # session 0: terminated at tick 1 (no bootstrap), truncated at tick 4 (bootstrap from its final obs)
-    np.testing.assert_allclose(returns[0], [1 + 0.5 * 2, 2, 3 + 0.5 * 4 + 0.25 * 5, 4 + 0.5 * 5, 5, 6])
-    np.testing.assert_allclose(disc[0], [0, 0, 0.125, 0.25, 0.5, 0.5])
-    np.testing.assert_allclose(boot[0, 2:, 0], [-4, -4, -4, 60])  # final obs of the truncated episode; o6
-    # session 1: no episode end; the last ticks use the steps left in the session
-    np.testing.assert_allclose(returns[1], [1 + 1 + 0.75, 2 + 1.5 + 1, 3 + 2 + 1.25, 4 + 2.5 + 1.5, 5 + 3, 6])
-    np.testing.assert_allclose(disc[1], [0.125, 0.125, 0.125, 0.125, 0.25, 0.5])
-    np.testing.assert_allclose(boot[1, :, 0], [100, 110, 120, 130, 130, 130])
-    # where each bootstrap observation sits in the session (the double-Q pick reads the online net there)
-    np.testing.assert_array_equal(index, [[-1, -1, -1, -1, -1, 6], [3, 4, 5, 6, 6, 6]])
-    b, t = np.nonzero(index >= 0)
-    np.testing.assert_array_equal(obs[b, index[b, t]], boot[b, t])
-
-
-def test_one_step_targets_are_plain_td():
-    obs, final, rewards, terminated, truncated = hand_made_sessions()
-    returns, boot, disc, index = dqn.nstep_targets(obs, final, rewards, terminated, truncated, n=1, gamma=0.9)
-    np.testing.assert_allclose(returns, rewards)
-    np.testing.assert_allclose(disc, np.where(terminated, 0.0, 0.9))
-    ended = (terminated | truncated)[..., None]
-    np.testing.assert_allclose(boot, np.where(ended, final, obs[:, 1:]))
-    np.testing.assert_array_equal(index, np.where(ended[..., 0], -1, np.arange(1, 7)))
-
-
 @pytest.mark.parametrize("shared_hidden", [False, True])
 def test_dueling_streams_have_their_own_second_hidden_layer_unless_shared(shared_hidden):
     h, n_obs, n_act = 16, 4, 3
@@ -155,12 +118,12 @@ def test_double_q_target_from_one_online_forward_equals_two_forwards(monkeypatch
     before = {k: v.clone() for k, v in exp.q.state_dict().items()}
     exp.train_step(batch)
     exp.q.load_state_dict(before)
-    returns, boot, disc, _ = dqn.nstep_targets(obs, final, rewards, terminated, truncated, 3, exp.args.gamma)
+    t = nstep_transitions(batch, 3, exp.args.gamma)
     with torch.no_grad():
-        boot = torch.as_tensor(boot).flatten(0, 1)
+        boot = torch.as_tensor(t.next_observations).flatten(0, 1)
         best = exp.q(boot).argmax(1, keepdim=True)
         value = exp.target(boot).gather(1, best).squeeze(1)
-    expected = torch.as_tensor(returns).flatten() + torch.as_tensor(disc).flatten() * value
+    expected = torch.as_tensor(t.returns).flatten() + torch.as_tensor(t.discounts).flatten() * value
     torch.testing.assert_close(targets[0], expected)
 
 
@@ -232,11 +195,11 @@ def test_replay_follows_a_cleared_and_growing_ring():
 # -- exploration ------------------------------------------------------------------
 def test_apex_epsilons_and_presets(monkeypatch):
     args = dqn.Args()
-    eps = [dqn.apex_epsilon(args, i, 4) for i in range(4)]
+    eps = [dqn.apex_epsilon(args.eps_end, args.apex_alpha, i, 4) for i in range(4)]
     np.testing.assert_allclose(eps, [0.04 ** ((1 + 7 * (i + 0.5) / 4) / 4.5) for i in range(4)])
     assert eps == sorted(eps, reverse=True) and np.exp(np.log(eps).mean()) == pytest.approx(0.04)
-    assert dqn.apex_epsilon(args, 0, 1) == pytest.approx(args.eps_end) and args.eps_end == 0.04
-    two = [dqn.apex_epsilon(args, i, 2) for i in range(2)]
+    assert dqn.apex_epsilon(args.eps_end, args.apex_alpha, 0, 1) == pytest.approx(args.eps_end) and args.eps_end == 0.04
+    two = [dqn.apex_epsilon(args.eps_end, args.apex_alpha, i, 2) for i in range(2)]
     assert 0.1 < two[0] < 0.2 and 0.005 < two[1] < 0.02  # not 0.4 for one of two: half the data random
     acrobot = dqn.Args(env_id="Acrobot-v1", per=False, n_step=5, learning_rate=1e-3)
     assert (acrobot.per, acrobot.n_step, acrobot.learning_rate) == (False, 5, 1e-3)  # given: kept
@@ -315,7 +278,7 @@ def test_set_options_pick_the_preset_and_a_conflicting_worker_stops(tmp_path):
     db = connect(url, "dqn", retry_for=5)
     stored = db.setting("options")
     assert stored["env_id"] == "Acrobot-v1" and stored["n_step"] == 1  # given
-    expected = {**dqn.DEFAULTS, **dqn.PRESETS["Acrobot-v1"]}
+    expected = dqn.PRESETS["Acrobot-v1"]
     assert {k: stored[k] for k in expected} == expected  # the preset, resolved: stored complete
     assert stored == dataclasses.asdict(dqn.Args(env_id="Acrobot-v1", n_step=1))
     # a later worker that disagrees stops with one line naming both values

@@ -1,5 +1,6 @@
 """Smoke tests: the real example files, tiny budgets, through the real CLI."""
 
+import ast
 import importlib.util
 import subprocess
 import sys
@@ -98,25 +99,25 @@ def test_numpy_example_needs_no_deep_learning_framework():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
-@pytest.mark.parametrize("example", CARTPOLE)
-def test_n_step_returns_bootstrap_on_truncation_only(example):
-    n_step = load(example).n_step
-    T = 6
-    batch = {
-        "observations": np.arange(T + 1, dtype=np.float32)[None, :, None],  # obs t is [t]
-        "final_observations": np.array([[0, -1, 0, -3, 0, 0]], np.float32)[..., None],
-        "rewards": np.ones((1, T), np.float32),
-        "terminated": np.array([[0, 1, 0, 0, 0, 0]], bool),  # the pole falls at tick 1
-        "truncated": np.array([[0, 0, 0, 1, 0, 0]], bool),  # time runs out at tick 3
-    }
-    returns, discount, boot = n_step(batch, 1, 0.5)
-    assert returns.tolist() == [[1] * T]
-    assert discount.tolist() == [[0.5, 0, 0.5, 0.5, 0.5, 0.5]]
-    assert boot[..., 0].tolist() == [[1, -1, 3, -3, 5, 6]]
-    returns, discount, boot = n_step(batch, 3, 0.5)
-    assert returns.tolist() == [[1.5, 1, 1.5, 1, 1.5, 1]]  # cut at episode ends and at the session end
-    assert discount.tolist() == [[0, 0, 0.25, 0.5, 0.25, 0.5]]
-    assert boot[..., 0].tolist() == [[-1, -1, -3, -3, 6, 6]]
+DOCUMENTED = [*EXAMPLES, "recurrent.py", "racing.py"]
+SHARED = ["common.py", "actor_critic.py", "wrappers.py"]
+
+
+@pytest.mark.parametrize("example", DOCUMENTED + SHARED)
+def test_each_docstring_fits_in_twenty_lines_and_names_its_install_line(example):
+    (node, *_) = ast.parse((ROOT / "examples" / example).read_text()).body
+    assert isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant), f"{example} has no docstring"
+    assert node.end_lineno - node.lineno + 1 <= 20, f"{example}: its results belong in docs/examples.rst"
+    if example in DOCUMENTED:
+        assert "pip install -e '.[examples" in node.value.value, example
+
+
+def test_shared_pieces_have_one_home():
+    sources = {p.name: p.read_text() for p in (ROOT / "examples").glob("*.py")}
+    for piece in ("set_num_threads(1)", "def layer_init", "TINYVERSE_WORKER_INDEX", "os.environ"):
+        assert [name for name, text in sources.items() if piece in text] == ["common.py"], piece
+    for gone in ("def n_step", "def nstep_targets", "sys.path"):  # n-step returns: tinyverse.nstep_transitions
+        assert not [name for name, text in sources.items() if gone in text], gone
 
 
 def test_cartpole_dqn_step_size_decays_with_the_shared_update_count():
