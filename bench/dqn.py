@@ -353,6 +353,7 @@ def update_cost(rev: str, env_ids: list[str], updates: int = 300) -> None:
     """Time ``train_step`` of examples/dqn.py at ``rev`` and in the working tree, interleaved, on one batch."""
     import importlib.util
 
+    sys.path.insert(0, str(ROOT / "examples"))  # dqn.py imports its neighbour common.py
     old = Path(tempfile.mkdtemp()) / "dqn_old.py"
     old.write_text(subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:examples/dqn.py"], capture_output=True,
                                   text=True, check=True).stdout)  # fmt: skip
