@@ -1,7 +1,4 @@
-"""The database contract that players, trainers and tools share (what it stores: docs/database.rst).
-
-A backend implements the primitives at the bottom, each one or two native calls, and inherits the rest.
-"""
+"""The database that players, trainers and tools share (docs/database.rst); a backend implements the primitives."""
 
 import itertools
 import json
@@ -58,10 +55,8 @@ class Database:
                 if not self._is_transient(e):
                     raise DatabaseError(f"{type(self).__name__[:-8]} at {self.url}: {e} (check --db)") from None
                 if self.retry_for is not None and time.monotonic() - start >= self.retry_for:
-                    raise DatabaseError(
-                        f"cannot reach database {self.url} ({type(e).__name__}: {e}); "
-                        "start the server or pass --db sqlite:///tinyverse.db"
-                    ) from None
+                    fix = "start the server or pass --db sqlite:///tinyverse.db"
+                    raise DatabaseError(f"cannot reach database {self.url} ({type(e).__name__}: {e}); {fix}") from None
                 if attempt == 0:
                     log.warning("database %s unreachable (%s); waiting with backoff", self.url, e)
                 time.sleep(min(0.2 * 2**attempt, 10.0))
@@ -70,18 +65,16 @@ class Database:
                 log.warning("database %s is back", self.url)
             return result
 
-    # -- sessions ---------------------------------------------------------------
     def add_sessions(self, sessions: list[Arrays], capacity: int | None = None) -> None:
-        """Append sessions atomically. The first append of a process claims their layout (a prefix holds one)
-        and the capacity, unless one is stored: ``capacity``, else as many sessions as fit 1 GiB."""
+        """Append sessions atomically, evicting the oldest; the first append claims their layout and the capacity."""
         if not sessions:
             return
         mine = layout(sessions[0])
         if self.layout != mine:
             if (stored := self.claim("layout", mine)) not in (mine, None):  # None: cleared since the claim
+                fix = f"use another --prefix, or delete them with {command('clear --del-sessions')}"
                 raise TinyverseError(
-                    f"prefix {self.prefix} holds sessions of another layout ({_differ(stored, mine)}): use another "
-                    f"--prefix, or delete them with {command('clear --del-sessions')}"
+                    f"prefix {self.prefix} holds sessions of another layout ({_differ(stored, mine)}): {fix}"
                 )
             self.layout = mine
         size = sum(np.asarray(a).nbytes for a in sessions[0].values())
@@ -101,10 +94,7 @@ class Database:
         return self._batch(rows)
 
     def get_batch(self, ids: list[int]) -> Arrays:
-        """The stored ones of ``ids`` in order (repeats kept), stacked into ``{name: (k, ...)}`` arrays with ``id``.
-
-        Corrupt records are removed for good; those of another layout than the stored one are left alone.
-        """
+        """The stored ones of ``ids`` in order (repeats kept), stacked into ``{name: (k, ...)}`` arrays with ``id``."""
         return self._batch(self._call(self._rows, ids))
 
     def _rows(self, ids: list[int]) -> list[tuple[int, bytes]]:
@@ -152,7 +142,6 @@ class Database:
     def capacity(self) -> int | None:
         return self.setting("capacity")
 
-    # -- settings and counters: JSON values in meta -------------------------------
     def claim(self, key: str, value: Any) -> Any:
         """Store ``value`` (as JSON) under ``key`` unless one is stored; return the stored one."""
         self._call(self._set_meta, key, json.dumps(value), True)
@@ -173,13 +162,11 @@ class Database:
     def counter(self, name: str) -> int:
         return self.setting(name) or 0
 
-    # -- params -----------------------------------------------------------------
     def save_params(
         self, params: Arrays, min_version: int = 0, if_absent: bool = False, expect: int | None = None
     ) -> int | None:
-        """Store params with version max(stored + 1, min_version); return it, or None when nothing was written:
-        with ``if_absent`` when params are stored (a random init never overwrites trained params), and with
-        ``expect`` unless the stored version is ``expect`` (a compare-and-set)."""
+        """Store params with version max(stored + 1, min_version) and return it; None: not written (``if_absent``
+        and params are stored, or ``expect`` given and the stored version is another: a compare-and-set)."""
 
         def version(stored: int | None) -> int | None:  # what to write over the stored version; None: nothing
             if (if_absent and stored is not None) or expect not in (None, stored or 0):
@@ -195,10 +182,8 @@ class Database:
         try:
             return found[0], decode(found[1])
         except RecordError as e:
-            raise RecordError(
-                f"the stored params of {self.prefix} are {e}; delete them with {command('clear --del-weights')} "
-                "(a trainer then starts from a random init)"
-            ) from None
+            fix = f"delete them with {command('clear --del-weights')} (a trainer then starts from a random init)"
+            raise RecordError(f"the stored params of {self.prefix} are {e}; {fix}") from None
 
     def params_version(self) -> int | None:
         """The stored params' version; None if none are stored."""
@@ -208,7 +193,6 @@ class Database:
         """The stored params' version and when they were saved; None if none are stored."""
         return None if (found := self._call(self._params_version)) is None else Saved(*found)
 
-    # -- workers ----------------------------------------------------------------
     def heartbeat(self, worker_id: str, info: dict, ttl: float = 10.0) -> None:
         self._call(self._heartbeat, worker_id, json.dumps(info), float(ttl))
 
@@ -227,7 +211,6 @@ class Database:
     def stop_requested(self, worker_id: str) -> bool:
         return (self.setting(f"stop:{worker_id}") or 0) > time.time()
 
-    # -- metrics ----------------------------------------------------------------
     def add_metrics(self, kind: str, records: list[dict]) -> None:
         if records:
             self._call(self._add_metrics, kind, [json.dumps(r) for r in records], METRICS_LIMIT)
@@ -241,7 +224,6 @@ class Database:
         """The returns of the last ``last`` episodes played (those that ended after Unix time ``since``)."""
         return [m["return"] for m in self.metrics("episodes", last) if m["time"] > since]
 
-    # -- housekeeping -----------------------------------------------------------
     def clear(self, sessions=False, params=False, workers=False, metrics=False) -> None:
         """Delete what is asked; sessions take their layout along, everything takes the settings too."""
         what = {k for k, v in locals().items() if v is True}
@@ -259,7 +241,7 @@ class Database:
     def close(self) -> None:
         """Release connections."""
 
-    # -- what a backend implements, each in one or two native calls ----------------
+    # -- the primitives a backend implements, each in one or two native calls ---------
     def _is_transient(self, error: Exception) -> bool: ...  # server down, database locked: worth waiting out
     def _add(self, blobs: list[bytes], capacity: int) -> None: ...  # capacity: stored if none is; then evict
     def _range(self) -> tuple[int, int, int]: ...  # oldest and newest stored id, sessions ever added

@@ -18,14 +18,11 @@ redis.call('SADD', KEYS[5], ARGV[2])
 local cap = tonumber(redis.call('HGET', KEYS[4], 'capacity'))
 if not cap then cap = tonumber(ARGV[1]); redis.call('HSET', KEYS[4], 'capacity', cap) end
 local n = #ARGV - 2
-local id = tonumber(redis.call('GET', KEYS[2]) or '0')
-if n > 0 then
-  id = redis.call('INCRBY', KEYS[2], n)
-  for s = 0, n - 1, 1000 do
-    local fields = {}
-    for i = s, math.min(s + 999, n - 1) do fields[#fields + 1] = id - n + 1 + i; fields[#fields + 1] = ARGV[3 + i] end
-    redis.call('HSET', KEYS[1], unpack(fields))
-  end
+local id = redis.call('INCRBY', KEYS[2], n)
+for s = 0, n - 1, 1000 do
+  local fields = {}
+  for i = s, math.min(s + 999, n - 1) do fields[#fields + 1] = id - n + 1 + i; fields[#fields + 1] = ARGV[3 + i] end
+  redis.call('HSET', KEYS[1], unpack(fields))
 end
 local lo = tonumber(redis.call('GET', KEYS[3]) or '1')
 while id - lo + 1 > cap do
@@ -63,10 +60,10 @@ class RedisDatabase(Database):
         if isinstance(e, redis.AuthenticationError):  # a wrong password does not get better with time
             raise DatabaseError(f"Redis at {self.url} refused the password ({e}): check --password or the URL")
         if "SSL" in str(e):  # nor does a certificate that does not verify
-            raise DatabaseError(
-                f"TLS with Redis at {self.url} failed ({str(e).split('] ')[-1]}): pass the CA that signed the "
-                "server's certificate with --tls-ca FILE (or ?ssl_ca_certs=FILE in the URL)"
+            fix = (
+                "pass the CA that signed the server's certificate with --tls-ca FILE (or ?ssl_ca_certs=FILE in the URL)"
             )
+            raise DatabaseError(f"TLS with Redis at {self.url} failed ({str(e).split('] ')[-1]}): {fix}")
         loading = isinstance(e, redis.ResponseError) and str(e).startswith("LOADING")
         return loading or isinstance(e, (redis.ConnectionError, redis.TimeoutError))
 
@@ -97,22 +94,16 @@ class RedisDatabase(Database):
         return self.r.hincrby(self.k["meta"], key, n)
 
     def _save_params(self, blob, version):
-        # WATCH/MULTI rather than a Lua script: a script copies the params (MBs) into a Lua string first
         self.r.sadd(NAMESPACES, self.prefix)  # a namespace is listed once it holds data: sessions or params
-        with self.r.pipeline() as p:
-            while True:
-                try:
-                    p.watch(self.k["params"])
-                    stored = p.hget(self.k["params"], "version")
-                    if (new := version(None if stored is None else int(stored))) is None:
-                        p.unwatch()
-                        return None
-                    p.multi()
-                    p.hset(self.k["params"], mapping={"version": new, "time": time.time(), "data": blob})
-                    p.execute()
-                    return new
-                except redis.WatchError:  # written in between: look again
-                    continue
+
+        def write(p):  # WATCH/MULTI, retried if the params change in between (a Lua script would copy MBs)
+            stored = p.hget(self.k["params"], "version")
+            if (new := version(None if stored is None else int(stored))) is not None:
+                p.multi()
+                p.hset(self.k["params"], mapping={"version": new, "time": time.time(), "data": blob})
+            return new
+
+        return self.r.transaction(write, self.k["params"], value_from_callable=True)
 
     def _load_params(self):
         version, data = self.reads.hmget(self.k["params"], ["version", "data"])
