@@ -40,9 +40,10 @@ class SQLiteDatabase(Database):
     def conn(self) -> sqlite3.Connection:
         """This thread's connection: in autocommit mode, so one statement is one transaction."""
         if getattr(self._local, "conn", None) is None:
-            self._local.conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
-            self._local.conn.execute("PRAGMA journal_mode=WAL")
-            self._local.conn.execute("PRAGMA synchronous=NORMAL")
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn  # only once it works: a file that is not a database fails each time
         return self._local.conn
 
     @contextlib.contextmanager
