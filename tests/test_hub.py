@@ -13,7 +13,7 @@ import redis
 from conftest import ROOT, free_port, wait_for
 
 from tinyverse.database import connect
-from tinyverse.database.redis import _at, _replica
+from tinyverse.database.redis import _replica
 from tinyverse.encoding import encode
 from tinyverse.errors import DatabaseError
 
@@ -167,10 +167,11 @@ def _up(port):
 def test_replica_url():
     assert _replica("redis://:pw@h:1/2?replica=r:3&ssl_cert_reqs=none") == (
         "redis://:pw@h:1/2?ssl_cert_reqs=none",
-        "r:3",
+        "redis://:pw@r:3/2?ssl_cert_reqs=none",
     )
     assert _replica("redis://h:1/0") == ("redis://h:1/0", None)
-    assert _at("redis://u:pw@h:1/2?x=1", "r:3") == "redis://u:pw@r:3/2?x=1"
+    assert _replica("redis://u:pw@h:1/2?replica=r:3&x=1")[1] == "redis://u:pw@r:3/2?x=1"
+    assert _replica("rediss://h:1/0?replica=r:3")[1] == "rediss://r:3/0"
     with pytest.raises(DatabaseError, match="replica=HOST:PORT"):
         _replica("redis://h:1/0?replica=nohost")
 

@@ -11,12 +11,8 @@ DEFAULT_URL = "sqlite:///tinyverse.db"
 def connect(
     url: str | None = None, prefix: str = "tinyverse", retry_for: float | None = None, create: bool = True
 ) -> Database:
-    """Open the database at ``url`` (default: $TINYVERSE_DB, else ./tinyverse.db).
-
-    ``retry_for`` bounds how many seconds an unreachable server is waited for;
-    None waits for ever, as long-running players and trainers should. With
-    ``create`` False a missing SQLite file is an error (for info, plot, eval).
-    """
+    """Open the database at ``url`` (default: $TINYVERSE_DB, else ./tinyverse.db). ``retry_for``: seconds an unreachable
+    server is waited for (None: for ever, as workers should); ``create`` False: a missing SQLite file is an error."""
     url = url or os.environ.get("TINYVERSE_DB") or DEFAULT_URL
     if url.startswith("sqlite://"):
         from .sqlite import SQLiteDatabase
@@ -27,6 +23,3 @@ def connect(
 
         return RedisDatabase(url, prefix, retry_for)
     raise DatabaseError(f"unknown database URL {masked(url)!r}: use sqlite:///path/to/file.db or redis://host:6379/0")
-
-
-__all__ = ["Database", "DatabaseError", "connect", "masked", "DEFAULT_URL"]

@@ -1,17 +1,6 @@
-"""The database contract that players, trainers and tools share.
+"""The database that players, trainers and tools share (docs/database.rst); a backend implements the primitives."""
 
-A backend implements the primitives at the bottom, each one or two native calls,
-and inherits the rest: encoding, the session layout, the capacity, removing
-corrupt records, waiting out an unreachable server, and turning the backend's
-own errors into one line. Every backend runs one conformance suite,
-``tests/test_database.py``. Stored per namespace (``prefix``): sessions, a ring
-with ids 1, 2, 3, ... (an append evicts the oldest beyond the capacity; sampling
-draws ids uniformly from the stored range, at a cost that does not depend on how
-many are stored); params, with a version that only grows; workers, JSON
-heartbeats that expire; metrics, bounded JSON lists by kind; meta, settings
-(capacity, options, session layout) and counters (trainer updates, corrupt records).
-"""
-
+import itertools
 import json
 import logging
 import random
@@ -58,67 +47,57 @@ class Database:
 
     def _call(self, fn: Callable, *args: Any) -> Any:
         """Run a primitive, waiting out an unreachable database with backoff; backend errors become one line."""
-        start, delay, warned = time.monotonic(), 0.2, False
-        while True:
+        start = time.monotonic()
+        for attempt in itertools.count():
             try:
                 result = fn(*args)
-                if warned:
-                    log.warning("database %s is back", self.url)
-                return result
             except self.errors as e:
                 if not self._is_transient(e):
                     raise DatabaseError(f"{type(self).__name__[:-8]} at {self.url}: {e} (check --db)") from None
                 if self.retry_for is not None and time.monotonic() - start >= self.retry_for:
-                    raise DatabaseError(
-                        f"cannot reach database {self.url} ({type(e).__name__}: {e}); "
-                        "start the server or pass --db sqlite:///tinyverse.db"
-                    ) from None
-                if not warned:
+                    fix = "start the server or pass --db sqlite:///tinyverse.db"
+                    raise DatabaseError(f"cannot reach database {self.url} ({type(e).__name__}: {e}); {fix}") from None
+                if attempt == 0:
                     log.warning("database %s unreachable (%s); waiting with backoff", self.url, e)
-                    warned = True
-                time.sleep(delay)
-                delay = min(delay * 2, 10.0)
+                time.sleep(min(0.2 * 2**attempt, 10.0))
+                continue
+            if attempt:
+                log.warning("database %s is back", self.url)
+            return result
 
-    # -- sessions ---------------------------------------------------------------
     def add_sessions(self, sessions: list[Arrays], capacity: int | None = None) -> None:
-        """Append sessions atomically. The first append of a process claims their layout (a prefix holds one)
-        and the capacity, unless one is stored: ``capacity``, else as many sessions as fit 1 GiB."""
+        """Append sessions atomically, evicting the oldest; the first append claims their layout and the capacity."""
         if not sessions:
             return
-        blobs = [encode(s) for s in sessions]
         mine = layout(sessions[0])
         if self.layout != mine:
             if (stored := self.claim("layout", mine)) not in (mine, None):  # None: cleared since the claim
+                fix = f"use another --prefix, or delete them with {command('clear --del-sessions')}"
                 raise TinyverseError(
-                    f"prefix {self.prefix} holds sessions of another layout ({_differ(stored, mine)}): use another "
-                    f"--prefix, or delete them with {command('clear --del-sessions')}"
+                    f"prefix {self.prefix} holds sessions of another layout ({_differ(stored, mine)}): {fix}"
                 )
             self.layout = mine
         size = sum(np.asarray(a).nbytes for a in sessions[0].values())
         default = capacity or int(min(10**6, max(1000, BUDGET // max(size, 1))))
-        self._call(self._add, blobs, default)
+        self._call(self._add, [encode(s) for s in sessions], default)
 
     def sample_batch(self, n: int) -> Arrays:
-        """``n`` sessions drawn uniformly, stacked into ``{name: (k, ...)}`` arrays with ``id``.
-
-        k < n when records were skipped (corrupt ones are removed for good; those of
-        another layout than the stored one are left alone); ``{}`` when none are stored.
-        """
-        out: list[tuple[int, bytes]] = []
+        """``n`` sessions drawn uniformly, stacked as by :meth:`get_batch`; fewer when some were skipped."""
+        rows: list[tuple[int, bytes]] = []
         for _ in range(10):  # ids evicted or removed between reading the range and the rows are redrawn
             lo, hi = self.session_range()
             if hi < lo or n < 1:
                 break
-            out += self._call(self._rows, [random.randint(lo, hi) for _ in range(n - len(out))])
-            if len(out) == n:
+            rows += self._call(self._rows, [random.randint(lo, hi) for _ in range(n - len(rows))])
+            if len(rows) == n:
                 break
-        return self._batch(out)
+        return self._batch(rows)
 
     def get_batch(self, ids: list[int]) -> Arrays:
-        """The stored ones of ``ids``, in order (repeats kept), stacked as by ``sample_batch``."""
+        """The stored ones of ``ids`` in order (repeats kept), stacked into ``{name: (k, ...)}`` arrays with ``id``."""
         return self._batch(self._call(self._rows, ids))
 
-    def _rows(self, ids) -> list[tuple[int, bytes]]:
+    def _rows(self, ids: list[int]) -> list[tuple[int, bytes]]:
         """``(id, record)`` of the stored ones of ``ids``, in order, repeats kept: one fetch."""
         ids = [int(i) for i in ids]
         found = self._get(sorted(set(ids))) if ids else {}  # HMGET of no fields is an error in Redis
@@ -161,7 +140,7 @@ class Database:
         self._call(self._add, [], capacity)  # an append of nothing evicts
 
     def capacity(self) -> int | None:
-        return None if (value := self._call(self._get_meta, "capacity")) is None else int(value)
+        return self.setting("capacity")
 
     def claim(self, key: str, value: Any) -> Any:
         """Store ``value`` (as JSON) under ``key`` unless one is stored; return the stored one."""
@@ -181,20 +160,20 @@ class Database:
         return self._call(self._incr_meta, name, int(n))
 
     def counter(self, name: str) -> int:
-        return int(self._call(self._get_meta, name) or 0)
+        return self.setting(name) or 0
 
-    # -- params -----------------------------------------------------------------
     def save_params(
         self, params: Arrays, min_version: int = 0, if_absent: bool = False, expect: int | None = None
     ) -> int | None:
-        """Store params with version max(stored + 1, min_version); return it.
+        """Store params with version max(stored + 1, min_version) and return it; None: not written (``if_absent``
+        and params are stored, or ``expect`` given and the stored version is another: a compare-and-set)."""
 
-        Nothing is written (and None returned) with ``if_absent`` when params
-        exist, so a random init never overwrites trained params, and with
-        ``expect`` unless the stored version is ``expect`` (a compare-and-set).
-        """
-        expect = -1 if expect is None else expect
-        return self._call(self._save_params, encode(params), int(min_version), if_absent, expect)
+        def version(stored: int | None) -> int | None:  # what to write over the stored version; None: nothing
+            if (if_absent and stored is not None) or expect not in (None, stored or 0):
+                return None
+            return max((stored or 0) + 1, min_version)
+
+        return self._call(self._save_params, encode(params), version)
 
     def load_params(self) -> tuple[int, Arrays] | None:
         """(version, params) or None when none are stored."""
@@ -203,20 +182,17 @@ class Database:
         try:
             return found[0], decode(found[1])
         except RecordError as e:
-            raise RecordError(
-                f"the stored params of {self.prefix} are {e}; delete them with {command('clear --del-weights')} "
-                "(a trainer then starts from a random init)"
-            ) from None
+            fix = f"delete them with {command('clear --del-weights')} (a trainer then starts from a random init)"
+            raise RecordError(f"the stored params of {self.prefix} are {e}; {fix}") from None
 
     def params_version(self) -> int | None:
         """The stored params' version; None if none are stored."""
-        return None if (found := self.params_saved()) is None else found.version
+        return None if (saved := self.params_saved()) is None else saved.version
 
     def params_saved(self) -> Saved | None:
         """The stored params' version and when they were saved; None if none are stored."""
         return None if (found := self._call(self._params_version)) is None else Saved(*found)
 
-    # -- workers ----------------------------------------------------------------
     def heartbeat(self, worker_id: str, info: dict, ttl: float = 10.0) -> None:
         self._call(self._heartbeat, worker_id, json.dumps(info), float(ttl))
 
@@ -225,7 +201,7 @@ class Database:
 
     def remove_worker(self, worker_id: str) -> None:
         """Forget a worker, and any stop request for it."""
-        self._call(self._remove_worker, worker_id)
+        self._call(self._heartbeat, worker_id, None, 0.0)
         self._call(self._set_meta, f"stop:{worker_id}", None, False)
 
     def request_stop(self, worker_id: str) -> None:
@@ -233,9 +209,8 @@ class Database:
         self._call(self._set_meta, f"stop:{worker_id}", str(time.time() + STOP_TTL), False)
 
     def stop_requested(self, worker_id: str) -> bool:
-        return float(self._call(self._get_meta, f"stop:{worker_id}") or 0) > time.time()
+        return (self.setting(f"stop:{worker_id}") or 0) > time.time()
 
-    # -- metrics ----------------------------------------------------------------
     def add_metrics(self, kind: str, records: list[dict]) -> None:
         if records:
             self._call(self._add_metrics, kind, [json.dumps(r) for r in records], METRICS_LIMIT)
@@ -249,12 +224,14 @@ class Database:
         """The returns of the last ``last`` episodes played (those that ended after Unix time ``since``)."""
         return [m["return"] for m in self.metrics("episodes", last) if m["time"] > since]
 
-    # -- housekeeping -----------------------------------------------------------
     def clear(self, sessions=False, params=False, workers=False, metrics=False) -> None:
         """Delete what is asked; sessions take their layout along, everything takes the settings too."""
         what = {k for k, v in locals().items() if v is True}
+        if len(what) == 4:  # a fresh start: settings and counters too, but for stop requests
+            what.add("settings")
         self._call(self._clear, what)
         if "sessions" in what:
+            self._call(self._set_meta, "layout", None, False)
             self.layout = None
 
     def namespaces(self) -> list[str]:
@@ -264,7 +241,7 @@ class Database:
     def close(self) -> None:
         """Release connections."""
 
-    # -- what a backend implements: every one, each in one or two native calls ---
+    # -- the primitives a backend implements, each in one or two native calls ---------
     def _is_transient(self, error: Exception) -> bool: ...  # server down, database locked: worth waiting out
     def _add(self, blobs: list[bytes], capacity: int) -> None: ...  # capacity: stored if none is; then evict
     def _range(self) -> tuple[int, int, int]: ...  # oldest and newest stored id, sessions ever added
@@ -273,12 +250,11 @@ class Database:
     def _set_meta(self, key: str, value: str | None, if_absent: bool) -> None: ...  # None: delete
     def _get_meta(self, key: str) -> str | None: ...
     def _incr_meta(self, key: str, n: int) -> int: ...
-    def _save_params(self, blob: bytes, min_version: int, if_absent: bool, expect: int) -> int | None: ...
+    def _save_params(self, blob: bytes, version: Callable[[int | None], int | None]) -> int | None: ...
     def _load_params(self) -> tuple[int, bytes] | None: ...
     def _params_version(self) -> tuple[int, float] | None: ...
-    def _heartbeat(self, worker_id: str, info: str, ttl: float) -> None: ...
+    def _heartbeat(self, worker_id: str, info: str | None, ttl: float) -> None: ...  # None: forget the worker
     def _workers(self) -> list[str]: ...
-    def _remove_worker(self, worker_id: str) -> None: ...
     def _add_metrics(self, kind: str, records: list[str], limit: int) -> None: ...
     def _metrics(self, kind: str, last: int) -> list[str]: ...
     def _clear(self, what: set[str]) -> None: ...
