@@ -168,7 +168,7 @@ def fill(db, blobs: list[bytes], n: int, chunk: int) -> None:
 def stored_bytes(db, r: redis.Redis | None) -> int:
     if r is not None:
         return int(r.memory_usage(f"{db.prefix}:sessions", samples=1000) or 0)
-    db.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return sum(os.path.getsize(p) for p in (db.path, db.path + "-wal") if os.path.exists(p))
 
 
