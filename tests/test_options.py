@@ -9,7 +9,8 @@ from conftest import ROOT, run_cli
 from tinyverse.database import connect
 from tinyverse.errors import ExperimentError
 from tinyverse.experiment import import_file
-from tinyverse.options import describe, store
+from tinyverse.ops.monitor import describe
+from tinyverse.options import store
 
 FAKE = ROOT / "tests" / "fake_experiment.py"
 

@@ -1,7 +1,6 @@
 """Experiment options: the dataclass ``make_experiment(db, args: Args)`` takes, filled by ``--set``, kept by the run."""
 
 import argparse
-import ast
 import dataclasses
 import inspect
 import logging
@@ -47,7 +46,7 @@ def resolve(factory, path: str, db, given: dict[str, str]):
         raise ExperimentError(f"{path} has no option {unknown[0]!r}, stored in prefix {db.prefix}: {afresh}")
     try:
         args = kind(**{**stored, **chosen})
-        required = any(_default(f) is dataclasses.MISSING for f in fields.values())
+        required = any(f.default is f.default_factory is dataclasses.MISSING for f in fields.values())
         defaults = {} if required else dataclasses.asdict(kind())
     except Exception as e:  # a check of the options' own (__post_init__)
         raise ExperimentError(f"options of {path}: {type(e).__name__}: {e}") from None
@@ -78,41 +77,6 @@ def store(exp, db) -> None:
             f"another worker stored option {key}={stored.get(key)!r} in prefix {db.prefix} meanwhile, this one "
             f"has {exp.options[key]!r}: start this worker again to adopt the stored options"
         )
-
-
-def describe(factory, stored: dict | None = None) -> list[str]:
-    """One line an option: ``name=default (type, stored value if it differs): its docstring``."""
-    kind, stored = dataclass_of(factory), stored or {}
-    if kind is None:
-        return []
-    docs, hints, lines = _field_docs(kind), typing.get_type_hints(kind), []
-    for f in dataclasses.fields(kind):
-        default = _default(f)
-        shown = "required" if default is dataclasses.MISSING else repr(default)
-        now = f", stored {stored[f.name]!r}" if stored.get(f.name, default) != default else ""
-        kind_name = getattr(hints[f.name], "__name__", str(hints[f.name]))
-        lines.append(f"{f.name}={shown} ({kind_name}{now}): {docs.get(f.name, '')}".rstrip(": "))
-    return lines
-
-
-def _field_docs(kind) -> dict[str, str]:
-    """The docstring under each field (PEP 257 attribute docstrings), read from the class's source and its bases'."""
-    docs = {}
-    for cls in reversed(kind.__mro__[:-1]):  # a subclass's docstring wins
-        try:
-            body = ast.parse(inspect.getsource(cls)).body[0].body
-        except (OSError, TypeError, SyntaxError):  # no source, or a class defined inside a function (indented)
-            continue
-        for node, after in zip(body, body[1:], strict=False):
-            text = getattr(after, "value", None)
-            if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr) and isinstance(text, ast.Constant):
-                docs[node.target.id] = " ".join(str(text.value).split())
-    return docs
-
-
-def _default(f: dataclasses.Field):
-    """The field's default (its factory's value), or ``dataclasses.MISSING``."""
-    return f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
 
 
 def _parse(key: str, text: str, hint):

@@ -1,13 +1,17 @@
 """Watching training: ``info`` (the dashboard), ``plot`` (learning curves), ``train --logdir`` (TensorBoard files)."""
 
+import ast
+import dataclasses
+import inspect
 import time
+import typing
 
 import numpy as np
 
 from ..database import Database, connect, masked
 from ..errors import TinyverseError, command
 from ..experiment import import_file
-from ..options import describe
+from ..options import dataclass_of
 
 
 def mode_info(args):
@@ -41,6 +45,41 @@ def option_lines(args) -> list[str]:
     except TinyverseError:  # no database yet: no stored options
         stored = None
     return describe(factory, stored) or ["(none: its make_experiment takes no Args)"]
+
+
+def describe(factory, stored: dict | None = None) -> list[str]:
+    """One line an option: ``name=default (type, stored value if it differs): its docstring``."""
+    kind, stored = dataclass_of(factory), stored or {}
+    if kind is None:
+        return []
+    docs, hints, lines = _field_docs(kind), typing.get_type_hints(kind), []
+    for f in dataclasses.fields(kind):
+        default = _default(f)
+        shown = "required" if default is dataclasses.MISSING else repr(default)
+        now = f", stored {stored[f.name]!r}" if stored.get(f.name, default) != default else ""
+        kind_name = getattr(hints[f.name], "__name__", str(hints[f.name]))
+        lines.append(f"{f.name}={shown} ({kind_name}{now}): {docs.get(f.name, '')}".rstrip(": "))
+    return lines
+
+
+def _field_docs(kind) -> dict[str, str]:
+    """The docstring under each field (PEP 257 attribute docstrings), read from the class's source and its bases'."""
+    docs = {}
+    for cls in reversed(kind.__mro__[:-1]):  # a subclass's docstring wins
+        try:
+            body = ast.parse(inspect.getsource(cls)).body[0].body
+        except (OSError, TypeError, SyntaxError):  # no source, or a class defined inside a function (indented)
+            continue
+        for node, after in zip(body, body[1:], strict=False):
+            text = getattr(after, "value", None)
+            if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr) and isinstance(text, ast.Constant):
+                docs[node.target.id] = " ".join(str(text.value).split())
+    return docs
+
+
+def _default(f: dataclasses.Field):
+    """The field's default (its factory's value), or ``dataclasses.MISSING``."""
+    return f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
 
 
 def progress(db: Database) -> list[str]:
