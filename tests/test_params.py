@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from fake_experiment import FakeExperiment
 
-from tinyverse.errors import ParamsMismatch, TinyverseError
+from tinyverse.errors import ParamsMismatch
 from tinyverse.params import Publisher, check_params, resume, sync_params
 
 # -- check_params ------------------------------------------------------------------
@@ -155,9 +155,9 @@ def initial():
     return {"w": np.arange(6.0).reshape(2, 3), "head": np.zeros(2, np.float32), "count": np.array(0, np.int64)}
 
 
-def trainer(db, sync=None, coef=1.0, local=()):
+def trainer(db, sync=None, local=()):
     exp = Params(**initial())
-    return exp, Publisher(exp, db, sync, local, coef)
+    return exp, Publisher(exp, db, sync, local)
 
 
 def test_one_trainer_stores_exactly_what_it_trained(db):
@@ -209,17 +209,6 @@ def test_without_sync_a_trainer_keeps_its_own_params_and_pushes_only_its_progres
     np.testing.assert_array_equal(db.load_params()[1]["w"], initial()["w"] + 21.0)
     np.testing.assert_array_equal(b.params["w"], initial()["w"] + 20.0)
     assert b.loads == 0
-
-
-def test_push_coef_scales_the_delta_and_is_checked(db, caplog):
-    a, pa = trainer(db, coef=0.5)
-    a.params["w"] += 4.0
-    pa.push()
-    np.testing.assert_array_equal(db.load_params()[1]["w"], initial()["w"] + 2.0)
-    trainer(db, coef=2.0)
-    assert "--push-coef 2 above 1" in caplog.text
-    with pytest.raises(TinyverseError, match="--push-coef must be positive, got 0"):
-        trainer(db, coef=0.0)
 
 
 def test_local_arrays_are_written_as_they_are_and_never_taken(db):
