@@ -10,7 +10,10 @@ import pytest
 from fake_experiment import FakeExperiment
 
 from tinyverse.errors import ParamsMismatch
+from tinyverse.evaluation import evaluate
 from tinyverse.params import Publisher, check_params, resume, sync_params
+from tinyverse.player import play
+from tinyverse.trainer import train
 
 # -- check_params ------------------------------------------------------------------
 
@@ -60,6 +63,27 @@ def test_missing_and_extra_keys_are_named():
     got["old.layer"] = np.zeros(1, np.float32)
     message = mismatch(got)
     assert "missing q.bias" in message and "unexpected old.layer" in message
+
+
+@pytest.mark.parametrize("loop", ["train", "play", "eval"])
+def test_params_of_another_shape_raise_params_mismatch(db, loop):
+    foreign = {"w": np.ones((5, 2), np.float32), "updates": np.array([3])}
+    version = db.save_params(foreign)
+    exp = FakeExperiment(db)
+    with pytest.raises(ParamsMismatch) as e:
+        if loop == "train":
+            train(exp, db, batch_size=1, steps=1)
+        elif loop == "play":
+            play(exp, db, sessions=1)
+        else:
+            evaluate(exp, db, episodes=1)
+    message = str(e.value)
+    assert "w: stored float32[5, 2], model wants float32[4, 2]" in message
+    assert "--prefix" in message and "--del-weights" in message
+    assert "\n" not in message
+    # nothing stored is touched
+    assert db.params_version() == version
+    np.testing.assert_array_equal(db.load_params()[1]["w"], foreign["w"])
 
 
 # -- sync_params -------------------------------------------------------------------

@@ -86,7 +86,7 @@ class Worker(StopFlag):
         """Call ``step()`` ``steps`` times (for ever if None) until it returns True or a stop comes; before each,
         wait while any of ``waits`` says what is missing (:meth:`wait`)."""
         for _ in range(steps) if steps is not None else itertools.count():
-            if not all(self.wait(why) for why in waits) or step():
+            if self.stop or not all(self.wait(why) for why in waits) or step():
                 return
 
     def wait(self, why: Callable[[], str | None]) -> bool:
