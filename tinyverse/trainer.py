@@ -1,11 +1,9 @@
 """The train loop: sample sessions (in the background), train at the pace, publish params."""
 
-import contextlib
+import collections
 import logging
-import queue
-import threading
 import time
-from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from .errors import Every, command
 from .experiment import Experiment
@@ -18,23 +16,15 @@ log = logging.getLogger(__name__)
 
 
 def train(
-    exp: Experiment,
-    db,
-    batch_size: int = 32,
-    steps: int | None = None,
-    save_every: int = 100,
-    report_every: float = 2.0,
-    sync: bool | None = None,
-    push_coef: float = 1.0,  # ignored: accepted until cli.py stops passing it (--push-coef is removed)
-    on_report: Callable[[dict, int], None] | None = None,
+    exp, db, batch_size=32, steps=None, save_every=100, report_every=2.0, sync=None, push_coef=1.0, on_report=None
 ) -> int:
     """Train on batches of ``batch_size`` sessions (times the live players with ``exp.batch_per_player``) for
     ``steps`` updates (for ever if None), at the pace (:class:`~tinyverse.pace.Pace`); return the last published
     version. Resumes from the stored params, publishes (:class:`~tinyverse.params.Publisher`, ``sync``) every
     ``save_every`` updates, when it starts to wait for players, and at the end (a warm stop on SIGINT/SIGTERM).
-    Every ``report_every`` seconds the mean metrics go to the database and to ``on_report(metrics, env_steps)``."""
-    trainer = Trainer(exp, db, batch_size, steps, save_every, sync)
-    trainer.report_every, trainer.on_report = report_every, on_report
+    Every ``report_every`` seconds the mean metrics go to the database and to ``on_report(metrics, env_steps)``.
+    ``push_coef`` is ignored (the CLI passes it until its --push-coef goes)."""
+    trainer = Trainer(exp, db, batch_size, steps, save_every, report_every, sync, on_report)
     with trainer.worker:
         try:
             trainer.worker.run(steps, trainer.step, trainer.starved, trainer.behind)
@@ -42,23 +32,22 @@ def train(
             trainer.prefetch.close()
         trainer.pace.flush()
         trainer.publish()  # a warm stop or the last step
-    updates, version = trainer.pace.total, trainer.publisher.version
-    log.info(
-        "stopped after %d updates here (%d in the run); params version %d is stored", trainer.done, updates, version
-    )
+    done, updates, version = trainer.done, trainer.pace.total, trainer.publisher.version
+    log.info("stopped after %d updates here (%d in the run); params version %d is stored", done, updates, version)
     return version
 
 
 class Trainer:
     """One trainer's updates, publications and reports."""
 
-    def __init__(self, exp: Experiment, db, batch_size: int, steps: int | None, save_every: int, sync: bool | None):
+    def __init__(self, exp: Experiment, db, batch_size, steps, save_every, report_every, sync, on_report):
+        """The arguments of :func:`train`; it resumes the params (:class:`Publisher`) and starts prefetching."""
         self.pace = Pace(exp, db)
         store(exp, db)  # the run's options, at its first write
         self.publisher, self.worker = Publisher(exp, db, sync, exp.local_params), Worker(db, "trainer")
         self.worker.info |= {"pace": self.pace.spec, "updates": 0, "version": self.publisher.version}
         self.exp, self.db, self.batch_size, self.steps, self.save_every = exp, db, batch_size, steps, save_every
-        self.report_every, self.on_report, self.say = 2.0, None, Every(10.0)  # metrics every 2 s, the log every 10 s
+        self.report_every, self.on_report, self.say = report_every, on_report, Every(10.0)  # the log every 10 s
         self.done, self.saved, self.reported, self.batch, self.sums = 0, 0, 0, None, {}
         self.started = self.last_report = time.monotonic()
         exp.prepare_training()
@@ -86,8 +75,8 @@ class Trainer:
     def publish(self) -> None:
         """Push what was trained since the last publication, if anything."""
         if self.saved < self.done:
-            self.publisher.push()
-            self.saved = self.done
+            p, self.saved = self.publisher, self.done
+            self.worker.info |= {"version": p.push(), "pushes": p.pushes, "conflicts": p.conflicts}
 
     def step(self) -> bool:
         """An update on the batch :meth:`starved` fetched; True if this trainer should stop."""
@@ -104,9 +93,7 @@ class Trainer:
         """Heartbeat; every ``report_every`` seconds and at the last step, store the mean metrics. True: stop."""
         now, p, final = time.monotonic(), self.publisher, self.done == self.steps
         rate = round(self.done / (now - self.started), 1)
-        stop = self.worker.beat(
-            updates=self.done, version=p.version, updates_per_s=rate, pushes=p.pushes, conflicts=p.conflicts
-        )
+        stop = self.worker.beat(updates=self.done, updates_per_s=rate)
         if now - self.last_report < self.report_every and not final:
             return stop
         self.pace.flush()
@@ -119,57 +106,37 @@ class Trainer:
         if self.on_report is not None:
             self.on_report(means, steps)
         if self.say() or final:
-            shown = " ".join(f"{k} {v:.4g}" for k, v in means.items())
-            log.info(
-                "update %d of the run (%d here, %.0f/s) params v%d %s",
-                self.pace.total,
-                self.done,
-                rate,
-                p.version,
-                shown,
-            )
+            shown = " ".join([f"params v{p.version}", *(f"{k} {v:.4g}" for k, v in means.items())])
+            log.info("update %d of the run (%d here, %.0f/s) %s", self.pace.total, self.done, rate, shown)
         self.sums, self.reported, self.last_report = {}, self.done, now
         return stop
 
 
 class Prefetcher:
-    """Keeps ``depth`` batches ready in a thread, so training never waits on the database. With ``depth`` 0 the
+    """Keeps ``depth`` batches on their way in a thread, so training never waits on the database. With ``depth`` 0 the
     training thread fetches them: faster when a batch is cheap and an update short (no second thread for the GIL)."""
 
     def __init__(self, exp: Experiment, db, batch_size: int, depth: int = 2):
-        self.exp, self.db, self.batch_size, self.done, self.error = exp, db, batch_size, False, None
-        self.queue: queue.Queue = queue.Queue(maxsize=max(depth, 1))
-        self.thread = threading.Thread(target=self._run, name="prefetch", daemon=True) if depth > 0 else None
-        if self.thread:
-            self.thread.start()
+        self.exp, self.db, self.batch_size = exp, db, batch_size
+        self.pool = ThreadPoolExecutor(1, "prefetch") if depth > 0 else None
+        self.ahead = collections.deque(self.pool.submit(self._fetch) for _ in range(depth)) if self.pool else None
 
     def _fetch(self) -> dict | None:
         batch = self.exp.sample(self.db, self.batch_size)
         return batch if batch and len(batch["rewards"]) else None  # short after skipped records: still good
 
-    def _run(self):
-        try:
-            while not self.done:
-                if (batch := self._fetch()) is None:
-                    time.sleep(0.05)
-                else:
-                    self.queue.put(batch)  # waits while full; close() drains the queue to end the wait
-        except BaseException as e:  # handed to the training thread, raised there
-            self.error = e
-
     def get(self) -> dict | None:
-        """The next batch, or None if none came within 0.1 s."""
-        if self.thread is None:
+        """The next batch (a sampling error raised here), or None if none came within 0.1 s."""
+        if self.pool is None:
             return self._fetch()
-        if self.error is not None:
-            raise self.error
-        with contextlib.suppress(queue.Empty):
-            return self.queue.get(timeout=0.1)
-        return None
+        try:
+            batch = self.ahead[0].result(timeout=0.1)
+        except TimeoutError:
+            return None
+        self.ahead.popleft()
+        self.ahead.append(self.pool.submit(self._fetch))
+        return batch
 
-    def close(self):
-        self.done, deadline = True, time.monotonic() + 5
-        while self.thread and self.thread.is_alive() and time.monotonic() < deadline:
-            with contextlib.suppress(queue.Empty):
-                self.queue.get_nowait()
-            self.thread.join(0.05)
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
