@@ -1,5 +1,6 @@
 """Shared fixtures and helpers: every backend, a redis-server of the suite's own, private redis-servers to kill,
-one polling helper, one process helper. The suite touches only data it made and leaves nothing behind."""
+one polling helper, one process helper, one thread helper for the loops. The suite touches only data it made and
+leaves nothing behind."""
 
 import importlib
 import os
@@ -8,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -168,6 +170,49 @@ def kill_started() -> None:
 def pytest_runtest_teardown(item, nextitem):
     kill_started()  # the test's workers die first: then nothing writes again behind the fixtures' cleanup
     return (yield)
+
+
+# -- loops in threads --------------------------------------------------------------------------------------------------
+def in_thread(fn) -> tuple[threading.Thread, dict]:
+    """Run ``fn()`` in a daemon thread; the dict gets its ``result`` or its ``error``."""
+    outcome = {}
+
+    def run():
+        try:
+            outcome["result"] = fn()
+        except BaseException as e:  # raised again in the test thread
+            outcome["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def joined(thread, outcome, timeout: float = 30.0, message="the loop did not stop"):
+    """What the thread of :func:`in_thread` returned, once it ended; its error raised here."""
+    thread.join(timeout=timeout)
+    assert not thread.is_alive(), message
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
+def trainer_waiting(db, why: str) -> dict | None:
+    """The heartbeat of a trainer whose ``waiting`` says ``why``, if any."""
+    return next((w for w in db.workers() if w["role"] == "trainer" and why in (w.get("waiting") or "")), None)
+
+
+def train_until_waiting(exp, db, why: str, **kwargs):
+    """Train in a thread until the trainer waits ``why``, then ask it to stop through the database."""
+    from tinyverse.trainer import train
+
+    thread, outcome = in_thread(lambda: train(exp, db, **kwargs))
+    try:
+        wait_for(lambda: trainer_waiting(db, why), 30, f"the trainer to wait {why}")
+    finally:
+        for w in db.workers():
+            db.request_stop(w["id"])
+    return joined(thread, outcome)
 
 
 # -- Redis -------------------------------------------------------------------------------------------------------------

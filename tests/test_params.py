@@ -9,8 +9,11 @@ import numpy as np
 import pytest
 from fake_experiment import FakeExperiment
 
-from tinyverse.errors import ParamsMismatch, TinyverseError
+from tinyverse.errors import ParamsMismatch
+from tinyverse.evaluation import evaluate
 from tinyverse.params import Publisher, check_params, resume, sync_params
+from tinyverse.player import play
+from tinyverse.trainer import train
 
 # -- check_params ------------------------------------------------------------------
 
@@ -60,6 +63,27 @@ def test_missing_and_extra_keys_are_named():
     got["old.layer"] = np.zeros(1, np.float32)
     message = mismatch(got)
     assert "missing q.bias" in message and "unexpected old.layer" in message
+
+
+@pytest.mark.parametrize("loop", ["train", "play", "eval"])
+def test_params_of_another_shape_raise_params_mismatch(db, loop):
+    foreign = {"w": np.ones((5, 2), np.float32), "updates": np.array([3])}
+    version = db.save_params(foreign)
+    exp = FakeExperiment(db)
+    with pytest.raises(ParamsMismatch) as e:
+        if loop == "train":
+            train(exp, db, batch_size=1, steps=1)
+        elif loop == "play":
+            play(exp, db, sessions=1)
+        else:
+            evaluate(exp, db, episodes=1)
+    message = str(e.value)
+    assert "w: stored float32[5, 2], model wants float32[4, 2]" in message
+    assert "--prefix" in message and "--del-weights" in message
+    assert "\n" not in message
+    # nothing stored is touched
+    assert db.params_version() == version
+    np.testing.assert_array_equal(db.load_params()[1]["w"], foreign["w"])
 
 
 # -- sync_params -------------------------------------------------------------------
@@ -155,9 +179,9 @@ def initial():
     return {"w": np.arange(6.0).reshape(2, 3), "head": np.zeros(2, np.float32), "count": np.array(0, np.int64)}
 
 
-def trainer(db, sync=None, coef=1.0, local=()):
+def trainer(db, sync=None, local=()):
     exp = Params(**initial())
-    return exp, Publisher(exp, db, sync, local, coef)
+    return exp, Publisher(exp, db, sync, local)
 
 
 def test_one_trainer_stores_exactly_what_it_trained(db):
@@ -209,17 +233,6 @@ def test_without_sync_a_trainer_keeps_its_own_params_and_pushes_only_its_progres
     np.testing.assert_array_equal(db.load_params()[1]["w"], initial()["w"] + 21.0)
     np.testing.assert_array_equal(b.params["w"], initial()["w"] + 20.0)
     assert b.loads == 0
-
-
-def test_push_coef_scales_the_delta_and_is_checked(db, caplog):
-    a, pa = trainer(db, coef=0.5)
-    a.params["w"] += 4.0
-    pa.push()
-    np.testing.assert_array_equal(db.load_params()[1]["w"], initial()["w"] + 2.0)
-    trainer(db, coef=2.0)
-    assert "--push-coef 2 above 1" in caplog.text
-    with pytest.raises(TinyverseError, match="--push-coef must be positive, got 0"):
-        trainer(db, coef=0.0)
 
 
 def test_local_arrays_are_written_as_they_are_and_never_taken(db):

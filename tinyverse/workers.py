@@ -1,6 +1,7 @@
-"""Workers: identity, heartbeats, warm shutdown (SIGINT/SIGTERM finish the step), waiting while heartbeating."""
+"""Workers: identity, heartbeats, warm shutdown, and the loop that players and trainers share."""
 
 import hashlib
+import itertools
 import logging
 import os
 import signal
@@ -12,91 +13,25 @@ from collections.abc import Callable
 
 import psutil
 
-from .database import Database
 from .errors import Every
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_EVERY = 2.0  # seconds between heartbeats
-HEARTBEAT_TTL = 10.0  # a worker silent this long is gone
+HEARTBEAT_EVERY, HEARTBEAT_TTL = 2.0, 10.0  # seconds between heartbeats; a worker silent this long is gone
 PARENT = "TINYVERSE_PARENT_PID"  # set by run: its children stop when it is gone
 PLACE = "TINYVERSE_PLACE"  # set by a launcher that knows more than the host name (run --ray: the Ray node)
 
 
-class Worker:
-    """A registered player or trainer: heartbeats with counters, removed on exit."""
-
-    def __init__(self, db: Database, role: str):
-        self.db, self.role = db, role
-        me = psutil.Process()
-        self.id = f"{role}-{socket.gethostname()}-{me.pid}-{uuid.uuid4().hex[:6]}"
-        self.info = {
-            "id": self.id,
-            "role": role,
-            "host": socket.gethostname(),
-            "pid": me.pid,
-            "proc_start": me.create_time(),  # with the command line's digest, tells a reused PID apart
-            "cmdline": digest(me),
-            "started": time.time(),
-        }
-        if os.environ.get(PLACE):
-            self.info["place"] = os.environ[PLACE]
-        self.parent = int(os.environ[PARENT]) if os.environ.get(PARENT, "").isdigit() else None
-        self.last, self.say = 0.0, Every(30.0)
-
-    def beat(self, force: bool = False, **counters) -> bool:
-        """Record ``counters``, send a heartbeat if one is due; True if this worker should stop."""
-        self.info.update(counters)
-        now = time.monotonic()
-        if force or now - self.last >= HEARTBEAT_EVERY:
-            self.last = now
-            if self.db.stop_requested(self.id):
-                log.warning("asked to stop through the database (clear --kill-*)")
-                return True
-            if self.parent is not None and os.getppid() != self.parent:
-                log.warning("the run that started this worker is gone: stopping")
-                return True
-            self.info["time"] = time.time()
-            self.db.heartbeat(self.id, self.info, HEARTBEAT_TTL)
-        return False
-
-    def wait(self, flag: "StopFlag", why: Callable[[], str | None], poll: Callable | None = None) -> bool:
-        """Wait while ``why()`` names what is missing, heartbeating; False on a stop.
-
-        What it waits for shows in its heartbeat and in the log, at most every 30 s.
-        """
-        while not flag.stop:
-            reason = self.info["waiting"] = why()
-            if reason is None:  # what ``why`` granted is used: a stop comes after this step
-                return True
-            if self.say():
-                log.info("waiting %s", reason)
-            if self.beat():
-                flag.stop = True
-            if poll is not None:
-                poll()
-            time.sleep(0.02)
-        return False
-
-    def leave(self) -> None:
-        self.db.remove_worker(self.id)
-
-
 class StopFlag:
-    """Turns SIGINT/SIGTERM into a flag the loop checks: finish the step, save, exit.
-
-    A second signal while stopping raises KeyboardInterrupt as usual.
-    """
+    """SIGINT/SIGTERM set ``stop``, which the loop checks: finish the step, save, exit (a second one raises
+    KeyboardInterrupt). Signals reach only the main thread: in another, it installs nothing."""
 
     def __init__(self):
-        self.stop = False
-        self.previous = {}
+        self.stop, self.previous = False, {}
 
     def __enter__(self):
-        if threading.current_thread() is not threading.main_thread():
-            return self  # signals reach only the main thread; tests drive loops elsewhere
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self.previous[sig] = signal.signal(sig, self._handle)
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
         return self
 
     def _handle(self, signum, frame):
@@ -108,6 +43,68 @@ class StopFlag:
     def __exit__(self, *exc):
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
+
+
+class Worker(StopFlag):
+    """A player or trainer: heartbeats with counters. As a context: registered at once, stopped warmly, then removed."""
+
+    def __init__(self, db, role: str):
+        super().__init__()
+        me, host = psutil.Process(), socket.gethostname()
+        self.db, self.id = db, f"{role}-{host}-{me.pid}-{uuid.uuid4().hex[:6]}"
+        self.info = {"id": self.id, "role": role, "host": host, "pid": me.pid, "started": time.time()}
+        self.info |= {"proc_start": me.create_time(), "cmdline": digest(me)}  # together they tell a reused PID apart
+        self.info |= {"place": os.environ[PLACE]} if os.environ.get(PLACE) else {}
+        self.parent = int(os.environ[PARENT]) if os.environ.get(PARENT, "").isdigit() else None
+        self.last, self.say = 0.0, Every(30.0)
+
+    def __enter__(self):
+        super().__enter__()
+        self.beat(force=True)
+        return self
+
+    def __exit__(self, *exc):
+        super().__exit__(*exc)
+        self.leave()
+
+    def beat(self, force: bool = False, **counters) -> bool:
+        """Record ``counters``, send a heartbeat if one is due; True if this worker should stop."""
+        self.info.update(counters)
+        if not force and time.monotonic() - self.last < HEARTBEAT_EVERY:
+            return False
+        self.last = time.monotonic()
+        if self.db.stop_requested(self.id):
+            log.warning("asked to stop through the database (clear --kill-*)")
+            return True
+        if self.parent is not None and os.getppid() != self.parent:
+            log.warning("the run that started this worker is gone: stopping")
+            return True
+        self.db.heartbeat(self.id, {**self.info, "time": time.time()}, HEARTBEAT_TTL)
+        return False
+
+    def run(self, steps: int | None, step: Callable[[], bool], *waits: Callable[[], str | None]) -> None:
+        """Call ``step()`` ``steps`` times (for ever if None) until it returns True or a stop comes; before each,
+        wait while any of ``waits`` says what is missing (:meth:`wait`)."""
+        for _ in range(steps) if steps is not None else itertools.count():
+            if self.stop or not all(self.wait(why) for why in waits) or step():
+                return
+
+    def wait(self, why: Callable[[], str | None]) -> bool:
+        """Wait while ``why()`` says what is missing (in the heartbeat, and in the log at most every 30 s),
+        heartbeating; False on a stop."""
+        while not self.stop:
+            if (reason := why()) is None:  # what ``why`` granted is used: a stop comes after this step
+                self.info["waiting"] = None
+                return True
+            if self.say():
+                log.info("waiting %s", reason)
+            if self.beat(waiting=reason):
+                self.stop = True
+            time.sleep(0.02)
+        return False
+
+    def leave(self) -> None:
+        self.db.remove_worker(self.id)
 
 
 def digest(p: psutil.Process) -> str:

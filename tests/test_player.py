@@ -1,19 +1,17 @@
-"""The play, train and eval loops driven in-process by the fake experiment, on every backend."""
+"""The play loop, in-process with the fake experiment on every backend: what a player records, how it follows params."""
 
 import re
-import threading
 import time
 
 import numpy as np
 import pytest
-from conftest import wait_for
+from conftest import in_thread, joined, wait_for
 from fake_experiment import FakeExperiment
 
-from tinyverse.errors import ParamsMismatch, TinyverseError
+from tinyverse.errors import TinyverseError
 from tinyverse.evaluation import evaluate
 from tinyverse.player import play
 from tinyverse.trainer import train
-from tinyverse.workers import Worker
 
 LAYOUT = {
     "observations": np.float32,
@@ -40,11 +38,6 @@ class Spy:
     def add_sessions(self, sessions, capacity=100_000):
         self.batches.append([{k: v.copy() for k, v in s.items()} for s in sessions])
         self.db.add_sessions(sessions, capacity=capacity)
-
-
-def trainer_waiting(db, why: str) -> dict | None:
-    """The heartbeat of a trainer whose ``waiting`` says ``why``, if any."""
-    return next((w for w in db.workers() if w["role"] == "trainer" and why in (w.get("waiting") or "")), None)
 
 
 def same_session(a: dict, b: dict) -> bool:
@@ -86,6 +79,10 @@ def expected_sessions(env, rounds: int, T: int) -> tuple[list[dict], list[tuple[
             s["observations"].append(current)
         sessions.append({k: np.array(v) for k, v in s.items()})
     return sessions, episodes
+
+
+def player_waiting(db) -> dict | None:
+    return next((w for w in db.workers() if w["role"] == "player" and w.get("waiting")), None)
 
 
 @pytest.mark.parametrize("max_steps", [None, 5], ids=["terminated", "truncated"])
@@ -214,151 +211,6 @@ def test_player_loads_new_params_only_when_the_version_changes(db, sync_every):
     assert exp.loads == 2, "params must be loaded once at start and once when the version changed, never more"
 
 
-@pytest.mark.parametrize("prefetch", [2, 0])  # a background thread, or fetching in the training thread
-def test_trainer_resumes_from_stored_params_and_publishes_every_s_steps(db, prefetch):
-    play(FakeExperiment(db), db, batch_size=2, sessions=3)
-    trained = {"w": np.full((4, 2), 0.25, np.float32), "updates": np.array([7])}
-    start = db.save_params(trained, min_version=5)
-
-    seen = []
-    exp = FakeExperiment(db, on_train=lambda update: seen.append(db.params_version()))
-    exp.prefetch = prefetch
-    final = train(exp, db, batch_size=3, steps=5, save_every=2, report_every=0.0)
-    assert exp.prepared
-    # published after updates 2 and 4, and the rest at the end: versions grow by one each time
-    assert seen == [start, start, start + 1, start + 1, start + 2]
-    assert final == db.params_version() == start + 3
-    version, params = db.load_params()
-    np.testing.assert_array_equal(params["w"], trained["w"])
-    assert params["updates"][0] == 7 + 5, "the trainer must resume from the stored params"
-    train_metrics = db.metrics("train")
-    assert train_metrics and train_metrics[-1]["updates"] == 5 and "loss" in train_metrics[-1]
-    assert not [w for w in db.workers() if w["role"] == "trainer"], "a finished trainer leaves the worker list"
-
-    # a second trainer continues from there: the version never goes back
-    again = train(FakeExperiment(db), db, batch_size=3, steps=2, save_every=100)
-    assert again == start + 4
-    assert db.load_params()[1]["updates"][0] == 14
-
-
-def test_trainer_waits_for_sessions_then_starts(db):
-    outcome = {}
-
-    def run():
-        try:
-            outcome["version"] = train(FakeExperiment(db), db, batch_size=2, steps=3, save_every=100)
-        except BaseException as e:  # raised again in the test thread
-            outcome["error"] = e
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
-        # registered, and saying in its heartbeat what it waits for
-        waiting = wait_for(lambda: trainer_waiting(db, "for sessions"), 30, "the trainer to wait for sessions")
-        wait_for(lambda: db.params_version() is not None, 30, "the trainer to store its initial params")
-        # still waiting a heartbeat later: heartbeats go on while it waits
-        wait_for(lambda: (trainer_waiting(db, "for sessions") or {}).get("time", 0) > waiting["time"], 30, "a beat")
-        assert thread.is_alive() and "error" not in outcome, outcome
-        assert db.count_sessions()[0] == 0
-    finally:
-        play(FakeExperiment(db), db, batch_size=2, sessions=1)
-        thread.join(timeout=60)
-    assert not thread.is_alive(), "the trainer did not start once sessions were there"
-    if "error" in outcome:
-        raise outcome["error"]
-    assert outcome["version"] == db.params_version() == 2
-    assert db.load_params()[1]["updates"][0] == 3
-
-
-@pytest.mark.parametrize("loop", ["train", "play", "eval"])
-def test_params_of_another_shape_raise_params_mismatch(db, loop):
-    foreign = {"w": np.ones((5, 2), np.float32), "updates": np.array([3])}
-    version = db.save_params(foreign)
-    exp = FakeExperiment(db)
-    with pytest.raises(ParamsMismatch) as e:
-        if loop == "train":
-            train(exp, db, batch_size=1, steps=1)
-        elif loop == "play":
-            play(exp, db, sessions=1)
-        else:
-            evaluate(exp, db, episodes=1)
-    message = str(e.value)
-    assert "w: stored float32[5, 2], model wants float32[4, 2]" in message
-    assert "--prefix" in message and "--del-weights" in message
-    assert "\n" not in message
-    # nothing stored is touched
-    assert db.params_version() == version
-    np.testing.assert_array_equal(db.load_params()[1]["w"], foreign["w"])
-
-
-def test_train_step_error_is_raised_and_nothing_bad_is_published(db):
-    play(FakeExperiment(db), db, batch_size=2, sessions=2)
-    start = db.params_version()
-    exp = FakeExperiment(db, fail_at=4)
-    with pytest.raises(RuntimeError, match="train_step failed at update 4"):
-        train(exp, db, batch_size=2, steps=10, save_every=2)
-    version, params = db.load_params()
-    assert version == start + 1, "only the publish after update 2 may happen"
-    assert params["updates"][0] == 2
-    assert np.isfinite(params["w"]).all(), "params broken by the failed step were published"
-    assert not [w for w in db.workers() if w["role"] == "trainer"]
-
-
-def test_evaluate_plays_full_greedy_episodes_with_the_latest_params(db, capsys):
-    trained = {"w": np.zeros((4, 2), np.float32), "updates": np.array([3])}
-    version = db.save_params(trained)
-    exp = FakeExperiment(db, max_steps=20)
-    returns = evaluate(exp, db, episodes=3, record=None, seed=0)
-    np.testing.assert_array_equal(exp.w, trained["w"])
-    (env,) = exp.envs
-    lengths, n = [], 0
-    for event in env.events[1:]:
-        n += event[0] == "step"
-        if event[0] == "reset" or event is env.events[-1]:
-            lengths.append(n)
-            n = 0
-    assert returns == [float(x) for x in lengths], "a return is the sum of an episode's rewards"
-    assert exp.greedy_calls == sum(lengths), "eval must ask for the greedy policy"
-    out = capsys.readouterr().out
-    for i, r in enumerate(returns):
-        assert f"episode {i + 1}/3: return {r:.1f}" in out
-    assert f"mean return {np.mean(returns):.1f} ± {np.std(returns):.1f} over 3 episodes (params v{version})" in out
-    assert evaluate(FakeExperiment(db, max_steps=20), db, episodes=3, seed=0) == returns, "seeded eval repeats"
-
-
-def in_thread(fn) -> tuple[threading.Thread, dict]:
-    outcome = {}
-
-    def run():
-        try:
-            outcome["result"] = fn()
-        except BaseException as e:  # raised again in the test thread
-            outcome["error"] = e
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, outcome
-
-
-def joined(thread, outcome):
-    thread.join(timeout=30)
-    assert not thread.is_alive(), "the loop did not stop"
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["result"]
-
-
-def train_until_waiting(exp, db, why: str, **kwargs):
-    """Train in a thread until the trainer waits ``why``, then ask it to stop through the database."""
-    thread, outcome = in_thread(lambda: train(exp, db, **kwargs))
-    try:
-        wait_for(lambda: trainer_waiting(db, why), 30, f"the trainer to wait {why}")
-    finally:
-        for w in db.workers():
-            db.request_stop(w["id"])
-    return joined(thread, outcome)
-
-
 def test_a_waiting_player_follows_new_params_and_says_so(db):
     exp = FakeExperiment(db, updates_per_step=1, learning_starts=0, pace_slack=8)
     thread, outcome = in_thread(lambda: play(exp, db, batch_size=2))
@@ -391,61 +243,6 @@ def test_a_waiting_player_told_to_sync_every_few_rounds_keeps_its_params(db):
         for w in db.workers():
             db.request_stop(w["id"])
         joined(thread, outcome)
-
-
-def player_waiting(db) -> dict | None:
-    return next((w for w in db.workers() if w["role"] == "player" and w.get("waiting")), None)
-
-
-class RunsDry(FakeExperiment):
-    """Hands out batches for ``batches`` updates, then none: the trainer waits for a batch."""
-
-    prefetch = 0
-
-    def __init__(self, db, batches):
-        super().__init__(db)
-        self.batches = batches
-
-    def sample(self, db, batch_size):
-        self.batches -= 1
-        return db.sample_batch(batch_size) if self.batches >= 0 else {}
-
-
-def test_a_stopped_trainer_counts_only_its_updates(db):
-    play(FakeExperiment(db), db, batch_size=2, sessions=2)
-    exp = RunsDry(db, batches=5)
-    exp.updates_per_step = 1.0  # a pace, so that updates are counted
-    train_until_waiting(exp, db, "for a batch", batch_size=exp.train_batch_size, save_every=100)
-    assert db.load_params()[1]["updates"][0] == exp.updates[0] == 5
-    assert db.counter("updates") == 5, "the pace counts an update that was never made"
-
-
-@pytest.mark.parametrize("batch_size, counted", [(8, 2.0), (2, 0.5)])
-def test_the_pace_counts_an_update_by_its_batch(db, batch_size, counted):
-    # train -b B makes B / train_batch_size updates' worth of samples: a bigger batch, fewer updates
-    T = 5
-    exp = FakeExperiment(db, session_length=T)
-    play(exp, db, batch_size=4, sessions=5)  # 20 sessions, 100 env steps
-    exp.updates_per_step, exp.learning_starts, exp.pace_slack = 0.4, 0, 0  # 40 updates of 4 sessions
-    train_until_waiting(exp, db, "for players", batch_size=batch_size, save_every=1000)
-    made = int(exp.updates[0])
-    assert made == pytest.approx(40 / counted, abs=1), f"{made} updates of {batch_size} sessions"
-    assert db.counter("updates") == pytest.approx(40, abs=1)
-
-
-def test_a_batch_per_player_grows_and_shrinks_with_the_live_players(db):
-    play(FakeExperiment(db), db, batch_size=4, sessions=5)  # 20 sessions
-    players = [Worker(db, "player") for _ in range(3)]
-    for w in players:
-        w.beat(force=True)
-    sizes = []
-    exp = FakeExperiment(db, on_train=lambda n: [w.leave() for w in players[1:]] if n == 3 else None)
-    exp.batch_per_player, exp.prefetch, exp.updates_per_step = True, 0, 100.0  # a pace: updates are counted
-    step = exp.train_step
-    exp.train_step = lambda batch: (sizes.append(len(batch["rewards"])), step(batch))[1]
-    train(exp, db, batch_size=2, steps=6, report_every=0)  # looks at the players after every update
-    assert sizes == [6, 6, 6, 2, 2, 2], "2 sessions a live player"
-    assert db.counter("updates") == (3 * 6 + 3 * 2) // exp.train_batch_size, "counted by samples"
 
 
 def test_per_tick_outputs_of_act_are_stored_with_the_sessions(db):
@@ -485,3 +282,25 @@ def test_outputs_of_the_wrong_kind_are_one_clear_error(db, extra, problem):
     with pytest.raises(TinyverseError, match=re.escape(problem)):
         play(exp, db, batch_size=2, sessions=1)
     assert db.count_sessions() == (0, 0), "nothing was stored"
+
+
+def test_evaluate_plays_full_greedy_episodes_with_the_latest_params(db, capsys):
+    trained = {"w": np.zeros((4, 2), np.float32), "updates": np.array([3])}
+    version = db.save_params(trained)
+    exp = FakeExperiment(db, max_steps=20)
+    returns = evaluate(exp, db, episodes=3, record=None, seed=0)
+    np.testing.assert_array_equal(exp.w, trained["w"])
+    (env,) = exp.envs
+    lengths, n = [], 0
+    for event in env.events[1:]:
+        n += event[0] == "step"
+        if event[0] == "reset" or event is env.events[-1]:
+            lengths.append(n)
+            n = 0
+    assert returns == [float(x) for x in lengths], "a return is the sum of an episode's rewards"
+    assert exp.greedy_calls == sum(lengths), "eval must ask for the greedy policy"
+    out = capsys.readouterr().out
+    for i, r in enumerate(returns):
+        assert f"episode {i + 1}/3: return {r:.1f}" in out
+    assert f"mean return {np.mean(returns):.1f} ± {np.std(returns):.1f} over 3 episodes (params v{version})" in out
+    assert evaluate(FakeExperiment(db, max_steps=20), db, episodes=3, seed=0) == returns, "seeded eval repeats"

@@ -1,0 +1,85 @@
+"""The train loop, in-process with the fake experiment on every backend: resuming, publishing, waiting, batches."""
+
+import numpy as np
+import pytest
+from conftest import in_thread, trainer_waiting, wait_for
+from fake_experiment import FakeExperiment
+
+from tinyverse.player import play
+from tinyverse.trainer import train
+from tinyverse.workers import Worker
+
+
+@pytest.mark.parametrize("prefetch", [2, 0])  # a background thread, or fetching in the training thread
+def test_trainer_resumes_from_stored_params_and_publishes_every_s_steps(db, prefetch):
+    play(FakeExperiment(db), db, batch_size=2, sessions=3)
+    trained = {"w": np.full((4, 2), 0.25, np.float32), "updates": np.array([7])}
+    start = db.save_params(trained, min_version=5)
+
+    seen = []
+    exp = FakeExperiment(db, on_train=lambda update: seen.append(db.params_version()))
+    exp.prefetch = prefetch
+    final = train(exp, db, batch_size=3, steps=5, save_every=2, report_every=0.0)
+    assert exp.prepared
+    # published after updates 2 and 4, and the rest at the end: versions grow by one each time
+    assert seen == [start, start, start + 1, start + 1, start + 2]
+    assert final == db.params_version() == start + 3
+    version, params = db.load_params()
+    np.testing.assert_array_equal(params["w"], trained["w"])
+    assert params["updates"][0] == 7 + 5, "the trainer must resume from the stored params"
+    train_metrics = db.metrics("train")
+    assert train_metrics and train_metrics[-1]["updates"] == 5 and "loss" in train_metrics[-1]
+    assert not [w for w in db.workers() if w["role"] == "trainer"], "a finished trainer leaves the worker list"
+
+    # a second trainer continues from there: the version never goes back
+    again = train(FakeExperiment(db), db, batch_size=3, steps=2, save_every=100)
+    assert again == start + 4
+    assert db.load_params()[1]["updates"][0] == 14
+
+
+def test_trainer_waits_for_sessions_then_starts(db):
+    thread, outcome = in_thread(lambda: train(FakeExperiment(db), db, batch_size=2, steps=3, save_every=100))
+    try:
+        # registered, and saying in its heartbeat what it waits for
+        waiting = wait_for(lambda: trainer_waiting(db, "for sessions"), 30, "the trainer to wait for sessions")
+        wait_for(lambda: db.params_version() is not None, 30, "the trainer to store its initial params")
+        # still waiting a heartbeat later: heartbeats go on while it waits
+        wait_for(lambda: (trainer_waiting(db, "for sessions") or {}).get("time", 0) > waiting["time"], 30, "a beat")
+        assert thread.is_alive() and "error" not in outcome, outcome
+        assert db.count_sessions()[0] == 0
+    finally:
+        play(FakeExperiment(db), db, batch_size=2, sessions=1)
+        thread.join(timeout=60)
+    assert not thread.is_alive(), "the trainer did not start once sessions were there"
+    if "error" in outcome:
+        raise outcome["error"]
+    assert outcome["result"] == db.params_version() == 2
+    assert db.load_params()[1]["updates"][0] == 3
+
+
+def test_train_step_error_is_raised_and_nothing_bad_is_published(db):
+    play(FakeExperiment(db), db, batch_size=2, sessions=2)
+    start = db.params_version()
+    exp = FakeExperiment(db, fail_at=4)
+    with pytest.raises(RuntimeError, match="train_step failed at update 4"):
+        train(exp, db, batch_size=2, steps=10, save_every=2)
+    version, params = db.load_params()
+    assert version == start + 1, "only the publish after update 2 may happen"
+    assert params["updates"][0] == 2
+    assert np.isfinite(params["w"]).all(), "params broken by the failed step were published"
+    assert not [w for w in db.workers() if w["role"] == "trainer"]
+
+
+def test_a_batch_per_player_grows_and_shrinks_with_the_live_players(db):
+    play(FakeExperiment(db), db, batch_size=4, sessions=5)  # 20 sessions
+    players = [Worker(db, "player") for _ in range(3)]
+    for w in players:
+        w.beat(force=True)
+    sizes = []
+    exp = FakeExperiment(db, on_train=lambda n: [w.leave() for w in players[1:]] if n == 3 else None)
+    exp.batch_per_player, exp.prefetch, exp.updates_per_step = True, 0, 100.0  # a pace: updates are counted
+    step = exp.train_step
+    exp.train_step = lambda batch: (sizes.append(len(batch["rewards"])), step(batch))[1]
+    train(exp, db, batch_size=2, steps=6, report_every=0)  # looks at the players after every update
+    assert sizes == [6, 6, 6, 2, 2, 2], "2 sessions a live player"
+    assert db.counter("updates") == (3 * 6 + 3 * 2) // exp.train_batch_size, "counted by samples"
