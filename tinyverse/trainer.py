@@ -15,15 +15,12 @@ from .workers import Worker
 log = logging.getLogger(__name__)
 
 
-def train(
-    exp, db, batch_size=32, steps=None, save_every=100, report_every=2.0, sync=None, push_coef=1.0, on_report=None
-) -> int:
+def train(exp, db, batch_size=32, steps=None, save_every=100, report_every=2.0, sync=None, on_report=None) -> int:
     """Train on batches of ``batch_size`` sessions (times the live players with ``exp.batch_per_player``) for
     ``steps`` updates (for ever if None), at the pace (:class:`~tinyverse.pace.Pace`); return the last published
     version. Resumes from the stored params, publishes (:class:`~tinyverse.params.Publisher`, ``sync``) every
     ``save_every`` updates, when it starts to wait for players, and at the end (a warm stop on SIGINT/SIGTERM).
-    Every ``report_every`` seconds the mean metrics go to the database and to ``on_report(metrics, env_steps)``.
-    ``push_coef`` is ignored (the CLI passes it until its --push-coef goes)."""
+    Every ``report_every`` seconds the mean metrics go to the database and to ``on_report(metrics, env_steps)``."""
     trainer = Trainer(exp, db, batch_size, steps, save_every, report_every, sync, on_report)
     with trainer.worker:
         try:
