@@ -5,10 +5,9 @@ import logging
 import os
 import sys
 from pathlib import Path
-from urllib.parse import quote
 
 from . import __version__, errors
-from .database import DEFAULT_URL, connect
+from .database import connect, url_from
 from .errors import TinyverseError
 from .evaluation import evaluate
 from .experiment import load_experiment
@@ -66,6 +65,7 @@ def _count(least: int):
 
 
 ONE, ZERO = {"type": _count(1)}, {"type": _count(0)}  # add_argument's keywords of a count
+RAW = argparse.RawDescriptionHelpFormatter
 ON, BOTH = {"action": "store_true"}, {"action": argparse.BooleanOptionalAction}  # of a switch: --x, or --x/--no-x
 BUFFER = ("--buffer-size", ONE, "sessions the database keeps, for every worker")
 SYNC = ("--sync", BOTH, "take the merged params after each push (default: once another trainer pushed)")
@@ -162,12 +162,8 @@ def build_parser(epilog: str | None = None) -> argparse.ArgumentParser:
     for name, fn in MODES.items():
         doc, needs = fn.__doc__.strip(), name in NEEDS_EXPERIMENT
         prog = f"python -m tinyverse {'EXPERIMENT.py' if needs else '[EXPERIMENT.py]'} {name}"
-        p = sub.add_parser(name, parents=[common, experiment] if needs else [common], prog=prog, help=doc)
-        p.description, p.epilog, p.formatter_class = (
-            doc,
-            epilog if needs else None,
-            argparse.RawDescriptionHelpFormatter,
-        )
+        kw = {"help": doc, "description": doc, "epilog": epilog if needs else None, "prog": prog}
+        p = sub.add_parser(name, parents=[common, experiment] if needs else [common], **kw, formatter_class=RAW)
         for flags, keywords, text in FLAGS.get(name, []):
             p.add_argument(*flags.split(), **keywords, help=text)
     return parser
@@ -179,29 +175,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args = build_parser(_options_help(experiment, argv)).parse_args(argv[1:] if experiment else argv)
     if args.mode in NEEDS_EXPERIMENT and experiment is None:
         raise TinyverseError(f"{args.mode} needs an experiment: python -m tinyverse EXPERIMENT.py {args.mode}")
-    args.experiment, args.options, args.prefix_given = (
-        experiment,
-        dict(getattr(args, "options", [])),
-        args.prefix is not None,
-    )
+    args.experiment, args.options = experiment, dict(getattr(args, "options", []))
+    args.prefix_given = args.prefix is not None
     args.prefix = args.prefix or (Path(experiment).stem if experiment else "tinyverse")
     errors.INVOKED.update(experiment=experiment or "EXPERIMENT.py", prefix=args.prefix if args.prefix_given else None)
-    args.url = _url(args)
+    args.url = url_from(args.url, args.host, args.port, args.password, args.tls_ca)
     return args
-
-
-def _url(args) -> str:
-    """The database URL of --db (or $TINYVERSE_DB), --host/--port/--password, and --tls-ca."""
-    url = args.url or os.environ.get("TINYVERSE_DB") or DEFAULT_URL
-    if args.host or args.port or args.password:
-        auth = f":{quote(args.password, safe='')}@" if args.password else ""
-        url = f"redis://{auth}{args.host or 'localhost'}:{args.port or 6379}/0"
-    if args.tls_ca:  # TLS: rediss://, and redis-py reads the CA from the URL's query
-        path = Path(args.tls_ca).resolve()
-        if not path.is_file() or not url.startswith(("redis://", "rediss://")):
-            raise TinyverseError(f"--tls-ca {args.tls_ca}: want the CA certificate file (PEM) of a Redis server")
-        url = f"rediss://{url.split('://', 1)[1]}{'&' if '?' in url else '?'}ssl_ca_certs={quote(str(path))}"
-    return url
 
 
 def _options_help(experiment: str | None, argv: list[str]) -> str | None:

@@ -38,10 +38,10 @@ class Player:
     def __init__(self, exp: Experiment, db, batch_size: int, seed: int | None, sync_every: int, report_every: float):
         self.exp, self.db, self.B, self.T, self.sync_every = exp, db, batch_size, exp.session_length, sync_every
         self.pace, self.worker, self.say = Pace(exp, db), Worker(db, "player"), Every(report_every)
-        store(exp, db)  # the run's options, at its first write
         self.worker.info["pace"] = self.pace.spec
         rng = np.random.default_rng(seed)
         self.envs = [make_env(exp) for _ in range(batch_size)]
+        store(exp, db)  # the run's options, at its first write: once its environments are made
         self.obs = np.stack([env.reset(seed=int(rng.integers(2**31)))[0] for env in self.envs])
         self.memory = exp.initial_memory(batch_size)
         self.tag = np.int64(zlib.crc32(self.worker.id.encode()))

@@ -1,0 +1,69 @@
+"""The core stays readable in one sitting: line budgets, function lengths, arrows from the tools into the core.
+
+``python tests/test_size.py`` prints the table (lines a module, the longest function).
+"""
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "tinyverse"
+IDEA = ["experiment", "options", "player", "trainer", "params", "pace", "database/base", "encoding"]
+# ceilings that only come down: tinyverse/, the idea path, a module (two named exceptions), a function
+TOTAL, IDEA_TOTAL, MODULE, FUNCTION = 2600, 1100, 200, 50
+LONGER = {"database/base": 270, "cli": 215}  # the database contract's 25 methods and 17 primitives; the flag table
+
+
+def modules() -> dict[str, Path]:
+    return {str(p.relative_to(PACKAGE).with_suffix("")): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def lines(path: Path) -> int:
+    return len(path.read_text().splitlines())
+
+
+def functions(path: Path) -> list[tuple[str, int]]:
+    tree = ast.parse(path.read_text())
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    return [(n.name, n.end_lineno - n.lineno + 1) for n in found]
+
+
+def test_the_package_and_the_idea_path_fit_their_budgets():
+    found = modules()
+    total, idea = sum(map(lines, found.values())), sum(lines(found[m]) for m in IDEA)
+    assert total <= TOTAL, f"tinyverse/ is {total} lines, budget {TOTAL}"
+    assert idea <= IDEA_TOTAL, f"the idea path ({', '.join(IDEA)}) is {idea} lines, budget {IDEA_TOTAL}"
+
+
+def test_no_module_or_function_is_too_long_to_read_at_once():
+    long_modules = {m: n for m, p in modules().items() if (n := lines(p)) > LONGER.get(m, MODULE)}
+    long_functions = [(m, f, n) for m, p in modules().items() for f, n in functions(p) if n > FUNCTION]
+    assert not long_modules, f"modules over {MODULE} lines (or their ceiling in LONGER): {long_modules}"
+    assert not long_functions, f"functions over {FUNCTION} lines: {long_functions}"
+
+
+def test_arrows_go_from_the_tools_into_the_core_never_back():
+    """Only the CLI, which plugs each tool in as a mode, knows tinyverse.ops; no other core module imports it."""
+    for name, path in modules().items():
+        if name.startswith("ops/") or name == "cli":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and "ops" in (node.module or "").split("."):
+                raise AssertionError(f"tinyverse/{name}.py imports {node.module}")
+
+
+def test_the_core_does_not_import_torch():
+    for name, path in modules().items():
+        names = [a.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Import) for a in n.names]
+        names += [n.module or "" for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ImportFrom)]
+        assert not any(m.split(".")[0] == "torch" for m in names), f"tinyverse/{name}.py imports torch"
+
+
+if __name__ == "__main__":
+    found = modules()
+    print(f"{'module':24s} {'lines':>5s}  longest function")
+    for m, p in found.items():
+        name, n = max(functions(p), key=lambda f: f[1], default=("-", 0))
+        print(f"{m:24s} {lines(p):5d}  {name} ({n})" + ("  [idea path]" if m in IDEA else ""))
+    total, idea = sum(map(lines, found.values())), sum(lines(found[m]) for m in IDEA)
+    print(f"{'all of tinyverse/':24s} {total:5d}  (budget {TOTAL})")
+    print(f"{'the idea path':24s} {idea:5d}  (budget {IDEA_TOTAL})")
