@@ -36,6 +36,8 @@ class Args:
     """exploration epsilon after eps_updates updates (1.0 before the first)"""
     eps_updates: int = 3000
     """updates over which epsilon decays linearly"""
+    learning_starts: int = 2000
+    """the pace: env steps played before the first update"""
 
 
 class MountainCarDQN(Experiment):
@@ -44,18 +46,15 @@ class MountainCarDQN(Experiment):
     train_batch_size = 16  # sessions an update: 512 transitions
     prefetch = 0  # batches are cheap: fetch them in the training thread
     updates_per_step = 0.25  # the pace: trainer updates per env step played
-    learning_starts = 2000  # env steps played before the first update
-    local_params = ("target.*",)  # each of several trainers keeps its own target net
 
     def __init__(self, db, args: Args):
         super().__init__(db)
         self.args, self.rng = args, np.random.default_rng()
+        self.learning_starts = args.learning_starts  # the pace, as the loops read it
         env = self.make_env()
         n_obs, self.n_act, h = env.observation_space.shape[0], int(env.action_space.n), args.hidden
         env.close()
         self.q = nn.Sequential(nn.Linear(n_obs, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(), nn.Linear(h, self.n_act))
-        self.target = copy.deepcopy(self.q)
-        self.nets = nn.ModuleDict({"q": self.q, "target": self.target})  # what the params hold
 
     def make_env(self, render_mode=None):  # observations scaled to [-1, 1]: the velocity spans only +-0.07
         return gym.wrappers.RescaleObservation(gym.make(self.args.env_id, render_mode=render_mode), -1, 1)
@@ -73,6 +72,7 @@ class MountainCarDQN(Experiment):
 
     def prepare_training(self):
         self.optimizer = torch.optim.Adam(self.q.parameters(), lr=self.args.learning_rate)
+        self.target = copy.deepcopy(self.q)  # trainers only: each of several keeps its own
         self.next_copy = 0  # the update count at which the target net is next copied
 
     def train_step(self, batch):
@@ -90,10 +90,10 @@ class MountainCarDQN(Experiment):
         return {"loss": loss.item(), "q": q.mean().item()}
 
     def get_params(self):
-        return {k: v.numpy().copy() for k, v in self.nets.state_dict().items()}
+        return {k: v.numpy().copy() for k, v in self.q.state_dict().items()}
 
     def set_params(self, params):
-        self.nets.load_state_dict({k: torch.from_numpy(v) for k, v in params.items()})
+        self.q.load_state_dict({k: torch.from_numpy(v) for k, v in params.items()})
 
 
 def make_experiment(db, args: Args):
