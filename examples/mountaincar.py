@@ -30,7 +30,7 @@ class Args:
     """discount factor"""
     n_step: int = 8
     """n-step returns: the reward at the flag reaches n ticks back in one update"""
-    target_every: int = 250
+    target_every: int = 500
     """updates between copies of the online net into the target net"""
     eps_end: float = 0.05
     """exploration epsilon after eps_updates updates (1.0 before the first)"""
