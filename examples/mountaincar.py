@@ -26,7 +26,7 @@ class Args:
     """units in each of the two hidden layers"""
     learning_rate: float = 1e-3
     """Adam step size"""
-    gamma: float = 0.98
+    gamma: float = 0.99
     """discount factor"""
     n_step: int = 8
     """n-step returns: the reward at the flag reaches n ticks back in one update"""
