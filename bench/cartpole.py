@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from tinyverse import sync_params  # noqa: E402
 from tinyverse.database import connect  # noqa: E402
-from tinyverse.experiment import load_experiment  # noqa: E402
+from tinyverse.loader import load_experiment  # noqa: E402
 
 torch.set_num_threads(1)  # torch's default thread count made a DQN run 4x slower with several processes on 2 cores
 EXAMPLE = ROOT / "examples" / "cartpole_dqn.py"

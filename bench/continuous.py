@@ -52,7 +52,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import dqn as dqn_bench  # noqa: E402
 
-from tinyverse.experiment import load_experiment  # noqa: E402  (bench/dqn.py put the repo on sys.path)
+from tinyverse.loader import load_experiment  # noqa: E402  (bench/dqn.py put the repo on sys.path)
 
 FILE = dqn_bench.ROOT / "examples" / "continuous.py"
 ENVS = ("Pendulum-v1", "LunarLanderContinuous-v3", "BipedalWalker-v3")  # smaller problem first

@@ -50,7 +50,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from tinyverse.database import connect  # noqa: E402
-from tinyverse.experiment import load_experiment  # noqa: E402
+from tinyverse.loader import load_experiment  # noqa: E402
 
 torch.set_num_threads(1)
 DQN_FILE = ROOT / "examples" / "dqn.py"

@@ -73,7 +73,7 @@ def record(cache: Path = CACHE, rounds: int = 12) -> None:
     """Record sessions with the real player into ``cache`` (once) and the Atari net's params."""
     if cache.exists():
         return
-    from tinyverse.experiment import load_experiment
+    from tinyverse.loader import load_experiment
     from tinyverse.player import play
 
     tmp = cache.with_suffix(".part")

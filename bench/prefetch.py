@@ -20,7 +20,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from tinyverse.database import connect  # noqa: E402
-from tinyverse.experiment import load_experiment  # noqa: E402
+from tinyverse.loader import load_experiment  # noqa: E402
 from tinyverse.trainer import train  # noqa: E402
 
 

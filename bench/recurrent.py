@@ -52,7 +52,7 @@ def run(net: str, minutes: float, options: list[str], workdir: Path, args) -> li
     """One ``recurrent.py run`` with periodic greedy evals; returns its rows, summary last."""
     from tinyverse.database import connect
     from tinyverse.evaluation import evaluate
-    from tinyverse.experiment import load_experiment
+    from tinyverse.loader import load_experiment
     from tinyverse.params import sync_params
 
     url, prefix = f"sqlite:///{workdir / 'memory.db'}", "recurrent"
@@ -148,7 +148,7 @@ def summarize(net, minutes, options, code, episodes, evals, steps, args, **extra
 def random_policy(options: list[str], args) -> list[dict]:
     """``--random-episodes`` episodes of uniformly random actions on the run's environment (its wrappers and
     action subset included): the floor a learner must rise above. Rows as ``run``'s: one eval of all of them."""
-    from tinyverse.experiment import load_experiment
+    from tinyverse.loader import load_experiment
 
     exp = load_experiment(str(EXP), None, dict(o.split("=", 1) for o in options))
     env, start = exp.make_env(), time.time()

@@ -35,7 +35,7 @@ from cartpole import EXAMPLE, SOLVED, evaluate  # noqa: E402
 
 from tinyverse import sync_params  # noqa: E402
 from tinyverse.database import connect  # noqa: E402
-from tinyverse.experiment import load_experiment  # noqa: E402
+from tinyverse.loader import load_experiment  # noqa: E402
 
 
 def greedy(exp):

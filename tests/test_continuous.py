@@ -13,7 +13,7 @@ from conftest import ROOT, optional, run_cli
 
 import tinyverse
 from tinyverse.database import connect
-from tinyverse.experiment import load_experiment
+from tinyverse.loader import load_experiment
 from tinyverse.options import store
 from tinyverse.player import play
 from tinyverse.trainer import train

@@ -5,7 +5,7 @@ import warnings
 import pytest
 from conftest import ROOT, optional
 
-from tinyverse.experiment import load_experiment
+from tinyverse.loader import load_experiment
 
 optional("torch")  # the examples import it
 from gymnasium.utils.env_checker import check_env  # noqa: E402

@@ -89,7 +89,7 @@ def test_player_waits_for_the_trainer_and_the_pace_holds(tmp_path):
 
 def test_numpy_example_needs_no_deep_learning_framework():
     code = (
-        "import sys, numpy as np; from tinyverse.experiment import load_experiment\n"
+        "import sys, numpy as np; from tinyverse.loader import load_experiment\n"
         f"exp = load_experiment({str(ROOT / 'examples' / 'cartpole_numpy.py')!r})\n"
         "exp.act(np.zeros((3, 4), np.float32), exp.initial_memory(3))\n"
         "exp.prepare_training()\n"

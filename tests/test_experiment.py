@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from tinyverse.errors import ExperimentError, ParamsMismatch, TinyverseError
-from tinyverse.experiment import Experiment, load_experiment
+from tinyverse.experiment import Experiment
+from tinyverse.loader import load_experiment
 from tinyverse.options import store
 
 GOOD = """

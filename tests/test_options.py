@@ -8,7 +8,7 @@ from conftest import ROOT, run_cli
 
 from tinyverse.database import connect
 from tinyverse.errors import ExperimentError
-from tinyverse.experiment import import_file
+from tinyverse.loader import import_file
 from tinyverse.ops.monitor import describe
 from tinyverse.options import store
 

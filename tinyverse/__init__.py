@@ -4,7 +4,8 @@ __version__ = "0.1.0"
 
 from .database import Database, connect  # noqa: E402
 from .errors import TinyverseError  # noqa: E402
-from .experiment import Experiment, load_experiment  # noqa: E402
+from .experiment import Experiment  # noqa: E402
+from .loader import load_experiment  # noqa: E402
 from .params import check_params, resume, sync_params  # noqa: E402
 from .transitions import Transitions, nstep_transitions  # noqa: E402
 

@@ -10,7 +10,7 @@ from . import __version__, errors
 from .database import connect, url_from
 from .errors import TinyverseError
 from .evaluation import evaluate
-from .experiment import load_experiment
+from .loader import load_experiment
 from .ops import export, launcher, monitor, stop
 from .options import parse_set
 from .player import play

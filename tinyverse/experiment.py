@@ -1,22 +1,14 @@
-"""The experiment contract: the hooks a user writes (:class:`Experiment`) and the loader of their file."""
+"""The experiment contract: the hooks a user writes (:class:`Experiment`); :mod:`tinyverse.loader` loads their file."""
 
 import abc
-import dataclasses
-import importlib.util
 import logging
-import re
-import sys
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 
 from .errors import ExperimentError
-from .options import resolve
 
 log = logging.getLogger(__name__)
-EXTRAS = {"torch": "examples", "ale_py": "atari", "Box2D": "box2d", "vizdoom": "doom", "safetensors": "export"}
-EXTRAS |= {"matplotlib": "plot", "imageio": "video"}
 Arrays = dict[str, np.ndarray]
 
 
@@ -103,49 +95,3 @@ def make_env(exp: Experiment, render_mode: str | None = None) -> gym.Env:
     except Exception as e:
         log.debug("make_env failed", exc_info=True)
         raise ExperimentError(f"make_env failed: {type(e).__name__}: {e} (-vv shows where)") from None
-
-
-def load_experiment(path: str, db=None, options: dict[str, str] | None = None) -> Experiment:
-    """The experiment of the file at ``path``: ``make_experiment(db[, args])``, ``args`` resolved from ``options``."""
-    factory = getattr(import_file(path), "make_experiment", None)
-    if not callable(factory):
-        raise ExperimentError(f"{path} defines no make_experiment(db); add one that returns a tinyverse.Experiment")
-    args, defaults = resolve(factory, path, db, options or {})
-    try:
-        exp = factory(db) if args is None else factory(db, args)
-    except Exception as e:
-        log.debug("make_experiment of %s failed", path, exc_info=True)
-        if isinstance(e, TypeError) and (found := re.search(r"abstract methods? (.+)$", str(e))):
-            hooks = found[1].replace("'", "")  # Python 3.12 quotes them
-            raise ExperimentError(f"{path}: the experiment does not define {hooks}: write them") from None
-        raise ExperimentError(f"make_experiment in {path} failed: {type(e).__name__}: {e} (-vv shows where)") from None
-    if not isinstance(exp, Experiment):
-        raise ExperimentError(f"make_experiment in {path} returned {type(exp).__name__}, not a tinyverse.Experiment")
-    exp.options, exp.option_defaults = None if args is None else dataclasses.asdict(args), defaults
-    return exp
-
-
-def import_file(path: str):
-    """The experiment module, imported from its file as ``python FILE.py`` would (its folder on sys.path)."""
-    file = Path(path)
-    if file.suffix != ".py" or not file.is_file():
-        raise ExperimentError(f"experiment {path} not found or not a .py file: pass the path of a Python file")
-    name = f"tinyverse_experiment_{file.stem}"
-    spec = importlib.util.spec_from_file_location(name, file)
-    module = sys.modules[name] = importlib.util.module_from_spec(spec)  # dataclasses look their module up there
-    if (folder := str(file.resolve().parent)) not in sys.path:
-        sys.path.insert(0, folder)  # the experiment imports its neighbours
-    try:
-        spec.loader.exec_module(module)
-        return module
-    except SyntaxError as e:
-        problem = f"{path}:{e.lineno}: syntax error: {e.msg}"
-    except ImportError as e:
-        package = (e.name or "it").split(".")[0]
-        hint = f"'tinyverse[{EXTRAS[package]}]'" if package in EXTRAS else package
-        problem = f"{path} needs {e.name or e}: install it (pip install {hint})"
-    except Exception as e:
-        log.debug("import of %s failed", path, exc_info=True)
-        problem = f"{path} failed to import: {type(e).__name__}: {e}"
-    del sys.modules[name]
-    raise ExperimentError(problem)

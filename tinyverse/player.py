@@ -7,6 +7,7 @@ import zlib
 
 import numpy as np
 
+from .database import Database
 from .errors import Every, TinyverseError
 from .experiment import Experiment, make_env
 from .options import store
@@ -17,7 +18,7 @@ from .workers import Worker
 log = logging.getLogger(__name__)
 
 
-def play(exp: Experiment, db, batch_size=1, sessions=None, sync_every=1, seed=None, report_every=10.0) -> int:
+def play(exp: Experiment, db: Database, batch_size=1, sessions=None, sync_every=1, seed=None, report_every=10.0):
     """Play ``batch_size`` environments for ``sessions`` rounds (for ever if None), storing a session from each a
     round; return the number stored. Checks the params version every ``sync_every`` rounds (storing this player's
     when none are), waits while ahead of the trainers (:class:`~tinyverse.pace.Pace`), and with ``sync_every`` 1
@@ -35,17 +36,17 @@ def play(exp: Experiment, db, batch_size=1, sessions=None, sync_every=1, seed=No
 class Player:
     """B environments, their episodes so far, and the sessions recorded from them."""
 
-    def __init__(self, exp: Experiment, db, batch_size: int, seed: int | None, sync_every: int, report_every: float):
-        self.exp, self.db, self.B, self.T, self.sync_every = exp, db, batch_size, exp.session_length, sync_every
+    def __init__(self, exp: Experiment, db: Database, batch_size: int, seed, sync_every: int, report_every: float):
+        self.exp, self.db, self.B, self.sync_every = exp, db, batch_size, sync_every
         self.pace, self.worker, self.say = Pace(exp, db), Worker(db, "player"), Every(report_every)
         self.worker.info["pace"] = self.pace.spec
-        rng = np.random.default_rng(seed)
         self.envs = [make_env(exp) for _ in range(batch_size)]
         store(exp, db)  # the run's options, at its first write: once its environments are made
+        rng = np.random.default_rng(seed)
         self.obs = np.stack([env.reset(seed=int(rng.integers(2**31)))[0] for env in self.envs])
         self.memory = exp.initial_memory(batch_size)
         self.tag = np.int64(zlib.crc32(self.worker.id.encode()))
-        self.ep_return, self.ep_length = np.zeros(batch_size), np.zeros(batch_size, np.int64)
+        self.returns, self.lengths = np.zeros(batch_size), np.zeros(batch_size, np.int64)  # of the running episodes
         self.version, self.rounds, self.started = None, 0, time.monotonic()
         self.recent = collections.deque(maxlen=20)  # returns of this player's last 20 episodes
 
@@ -67,67 +68,57 @@ class Player:
         """A round, after a params check every ``sync_every`` rounds; True if this player should stop."""
         if self.rounds % self.sync_every == 0:
             self.sync(reseed=True)
-        self.round()
-        steps = self.rounds * self.B * self.T
+        self.record()
+        steps = self.rounds * self.B * self.exp.session_length
         rate = steps / max(time.monotonic() - self.started, 1e-9)
         if self.say():
             mean = f"{np.mean(self.recent):.1f}" if self.recent else "-"
             log.info("%d env steps (%.0f/s), params v%s, mean return %s", steps, rate, self.version, mean)
         return self.worker.beat(steps=steps, sessions=self.rounds * self.B, steps_per_s=round(rate, 1))
 
-    def round(self) -> None:
+    def record(self) -> None:
         """Play T ticks in every environment; store the B sessions and the episodes that ended."""
-        B, T, obs = self.B, self.T, self.obs
-        rec = {"observations": np.zeros((B, T + 1, *obs.shape[1:]), obs.dtype)}
-        rec |= {"final_observations": np.zeros((B, T, *obs.shape[1:]), obs.dtype), "actions": None}
-        rec |= {"rewards": np.zeros((B, T), np.float32), "terminated": np.zeros((B, T), bool)}
-        rec |= {"truncated": np.zeros((B, T), bool), **{f"memory.{k}": np.array(v) for k, v in self.memory.items()}}
-        rec["observations"][:, 0], finished = obs, []
-        for t in range(T):
+        seen, memory = [self.obs.copy()], {f"memory.{k}": np.array(v) for k, v in self.memory.items()}
+        ticks, ended = [], []
+        for _ in range(self.exp.session_length):
             actions, self.memory, *outputs = self.exp.act(self.obs, self.memory)
-            actions = np.asarray(actions)
-            for name, v in {"actions": actions, **_outputs(outputs, B)}.items():
-                if rec.get(name) is None:  # allocated at the first tick, when its dtype and shape are known
-                    rec[name] = np.zeros((B, T, *v.shape[1:]), v.dtype)
-                rec[name][:, t] = v
+            tick = {"final_observations": np.zeros_like(self.obs), "actions": np.asarray(actions)}
+            tick |= {"rewards": np.zeros(self.B, np.float32), "terminated": np.zeros(self.B, bool)}
+            tick |= {"truncated": np.zeros(self.B, bool), **_outputs(outputs, self.B)}
             for i, env in enumerate(self.envs):
-                o, r, term, trunc, _ = env.step(actions[i])
-                self.ep_return[i], self.ep_length[i] = self.ep_return[i] + r, self.ep_length[i] + 1
-                rec["rewards"][i, t], rec["terminated"][i, t], rec["truncated"][i, t] = r, term, trunc
-                if term or trunc:
-                    rec["final_observations"][i, t] = o
-                    finished.append({"return": float(self.ep_return[i]), "length": int(self.ep_length[i])})
-                    self.ep_return[i], self.ep_length[i] = 0, 0
+                o, r, terminated, truncated, _ = env.step(tick["actions"][i])
+                tick["rewards"][i], tick["terminated"][i], tick["truncated"][i] = r, terminated, truncated
+                self.returns[i], self.lengths[i] = self.returns[i] + r, self.lengths[i] + 1
+                if terminated or truncated:
+                    tick["final_observations"][i] = o
+                    ended.append({"return": float(self.returns[i]), "length": int(self.lengths[i])})
+                    self.returns[i], self.lengths[i] = 0, 0
                     o, _ = env.reset()
                     for k, v in self.exp.initial_memory(1).items():
                         self.memory[k][i] = v[0]
                 self.obs[i] = o
-            rec["observations"][:, t + 1] = self.obs
-        self._store(rec, finished)
-
-    def _store(self, rec: dict, finished: list[dict]) -> None:
+            seen.append(self.obs.copy())
+            ticks.append(tick)
         info = {f"info.{k}": np.float64(v) for k, v in self.exp.session_info().items()}
         meta = {"version": np.int64(self.version or 0), "worker": self.tag, **info}
-        sessions = [{**{k: v[i] for k, v in rec.items()}, **meta} for i in range(self.B)]
+        rec = {"observations": np.stack(seen, 1), **{k: np.stack([t[k] for t in ticks], 1) for k in ticks[0]}}
+        sessions = [{k: v[i] for k, v in (rec | memory).items()} | meta for i in range(self.B)]
         self.db.add_sessions(sessions, self.exp.buffer_size)
         self.rounds += 1
-        if finished:
-            now, added = time.time(), self.db.count_sessions().added
-            for f in finished:
-                f.update(time=now, steps=added * self.T, worker=self.worker.id, version=self.version)
-            self.db.add_metrics("episodes", finished)
-            self.recent.extend(f["return"] for f in finished)
+        if ended:
+            steps = self.db.count_sessions().added * self.exp.session_length
+            when = {"time": time.time(), "steps": steps, "worker": self.worker.id, "version": self.version}
+            self.db.add_metrics("episodes", [e | when for e in ended])
+            self.recent.extend(e["return"] for e in ended)
 
 
 def _outputs(extra: list, B: int) -> dict[str, np.ndarray]:
     """The per-tick outputs ``act`` returned as a third item, named ``outputs.<name>``, checked."""
-    outputs = extra[0] if extra else {}
     if len(extra) > 1:
         raise TinyverseError(f"act returned {2 + len(extra)} items: return (actions, memory[, outputs])")
-    if not isinstance(outputs, dict):
+    if not isinstance(outputs := extra[0] if extra else {}, dict):
         raise TinyverseError(f"act returned outputs of type {type(outputs).__name__}: outputs are a dict of arrays")
     named = {f"outputs.{k}": np.asarray(v) for k, v in outputs.items()}
-    for name, v in named.items():
-        if v.shape[:1] != (B,):
-            raise TinyverseError(f"act returned {name} of shape {v.shape}: outputs are batched, ({B}, ...)")
+    if bad := [f"{k} of shape {v.shape}" for k, v in named.items() if v.shape[:1] != (B,)]:
+        raise TinyverseError(f"act returned {bad[0]}: outputs are batched, ({B}, ...)")
     return named

@@ -5,6 +5,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from .database import Database
 from .errors import Every, command
 from .experiment import Experiment
 from .options import store
@@ -15,12 +16,12 @@ from .workers import Worker
 log = logging.getLogger(__name__)
 
 
-def train(exp, db, batch_size=32, steps=None, save_every=100, report_every=2.0, sync=None, on_report=None) -> int:
-    """Train on batches of ``batch_size`` sessions (times the live players with ``exp.batch_per_player``) for
-    ``steps`` updates (for ever if None), at the pace (:class:`~tinyverse.pace.Pace`); return the last published
-    version. Resumes from the stored params, publishes (:class:`~tinyverse.params.Publisher`, ``sync``) every
-    ``save_every`` updates, when it starts to wait for players, and at the end (a warm stop on SIGINT/SIGTERM).
-    Every ``report_every`` seconds the mean metrics go to the database and to ``on_report(metrics, env_steps)``."""
+def train(
+    exp: Experiment, db: Database, batch_size=32, steps=None, save_every=100, report_every=2, sync=None, on_report=None
+) -> int:
+    """Train ``steps`` updates (for ever if None) on batches of ``batch_size`` sessions (per live player with
+    ``exp.batch_per_player``) at the pace; return the last published version. Publishes (:class:`Publisher`) every
+    ``save_every`` updates, while waiting, and at a (warm) stop; reports metrics every ``report_every`` s."""
     trainer = Trainer(exp, db, batch_size, steps, save_every, report_every, sync, on_report)
     with trainer.worker:
         try:
@@ -35,10 +36,9 @@ def train(exp, db, batch_size=32, steps=None, save_every=100, report_every=2.0, 
 
 
 class Trainer:
-    """One trainer's updates, publications and reports."""
+    """One trainer's updates, publications and reports (the arguments of :func:`train`)."""
 
-    def __init__(self, exp: Experiment, db, batch_size, steps, save_every, report_every, sync, on_report):
-        """The arguments of :func:`train`; it resumes the params (:class:`Publisher`) and starts prefetching."""
+    def __init__(self, exp: Experiment, db: Database, batch_size, steps, save_every, report_every, sync, on_report):
         self.pace = Pace(exp, db)
         store(exp, db)  # the run's options, at its first write
         self.publisher, self.worker = Publisher(exp, db, sync, exp.local_params), Worker(db, "trainer")
@@ -52,9 +52,8 @@ class Trainer:
 
     def grown(self) -> int:
         """The batch to sample: ``batch_size`` sessions, times the live players if the experiment asks."""
-        if not self.exp.batch_per_player:
-            return self.batch_size
-        return self.batch_size * max(1, sum(w["role"] == "player" for w in self.db.workers()))
+        players = sum(w["role"] == "player" for w in self.db.workers()) if self.exp.batch_per_player else 1
+        return self.batch_size * max(1, players)
 
     def starved(self) -> str | None:
         """What the next update waits for, or None when its batch is here."""
@@ -78,10 +77,9 @@ class Trainer:
     def step(self) -> bool:
         """An update on the batch :meth:`starved` fetched; True if this trainer should stop."""
         self.exp.update_count = self.pace.count(len(self.batch["rewards"]))
-        metrics = self.exp.train_step(self.batch)
-        self.done += 1
-        for k, v in (metrics or {}).items():
+        for k, v in (self.exp.train_step(self.batch) or {}).items():
             self.sums[k] = self.sums.get(k, 0.0) + float(v)
+        self.done += 1
         if self.done % self.save_every == 0:
             self.publish()
         return self.report()
@@ -110,10 +108,10 @@ class Trainer:
 
 
 class Prefetcher:
-    """Keeps ``depth`` batches on their way in a thread, so training never waits on the database. With ``depth`` 0 the
-    training thread fetches them: faster when a batch is cheap and an update short (no second thread for the GIL)."""
+    """``depth`` batches on their way in a thread, so training never waits on the database (0: the training thread
+    fetches them, faster when a batch is cheap and an update short: no second thread for the GIL)."""
 
-    def __init__(self, exp: Experiment, db, batch_size: int, depth: int = 2):
+    def __init__(self, exp: Experiment, db: Database, batch_size: int, depth: int = 2):
         self.exp, self.db, self.batch_size = exp, db, batch_size
         self.pool = ThreadPoolExecutor(1, "prefetch") if depth > 0 else None
         self.ahead = collections.deque(self.pool.submit(self._fetch) for _ in range(depth)) if self.pool else None

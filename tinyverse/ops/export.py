@@ -9,7 +9,8 @@ import numpy as np
 from .. import __version__
 from ..database import connect, masked
 from ..errors import TinyverseError, command
-from ..experiment import Experiment, load_experiment
+from ..experiment import Experiment
+from ..loader import load_experiment
 from ..params import check_params
 
 FORMAT = "tinyverse-params"

@@ -14,7 +14,7 @@ import numpy as np
 from ..database import connect
 from ..errors import TinyverseError
 from ..evaluation import evaluate
-from ..experiment import load_experiment
+from ..loader import load_experiment
 from ..options import store
 from ..workers import PARENT, StopFlag
 from . import ray

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..database import Database, connect, masked
 from ..errors import TinyverseError, command
-from ..experiment import import_file
+from ..loader import import_file
 from ..options import dataclass_of
 
 
