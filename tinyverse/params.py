@@ -86,24 +86,18 @@ class Publisher:
         start, local = time.monotonic(), self._params()
         while True:
             version, stored = self.version, self.stored
-            if self.db.params_version() != version:  # another trainer pushed, or params were deleted
-                if (found := self.db.load_params()) is None:  # deleted: ours start afresh, as a newer version
-                    if (saved := self.db.save_params(local, version + 1, if_absent=True)) is not None:
-                        self.version, self.base, self.stored = saved, local, dict(local)
-                        break
-                    continue
-                version, stored = found
+            if self.db.params_version() != version:  # another trainer pushed, or params were deleted: ours go afresh
+                version, stored = self.db.load_params() or (0, self.base)
                 check_params(local, stored, f"database {self.db.url} (prefix {self.db.prefix})")
             merged = self._merge(stored, local)
-            if (saved := self.db.save_params(merged, expect=version)) is None:
-                self.conflicts += 1
-                continue
-            if self.sync or (self.sync is None and version != self.version):
-                self.base = {**merged, **{k: v for k, v in local.items() if self._mine(k)}}
-                self.exp.set_params({k: v.copy() for k, v in self.base.items()})
-            else:
-                self.base = local
-            self.version, self.stored = saved, merged
-            break
+            if (saved := self.db.save_params(merged, self.version + 1, expect=version)) is not None:
+                break
+            self.conflicts += 1
+        if self.sync or (self.sync is None and version not in (self.version, 0)):
+            self.base = {**merged, **{k: v for k, v in local.items() if self._mine(k)}}
+            self.exp.set_params({k: v.copy() for k, v in self.base.items()})
+        else:
+            self.base = local
+        self.version, self.stored = saved, merged
         self.pushes, self.seconds = self.pushes + 1, self.seconds + time.monotonic() - start
         return self.version
