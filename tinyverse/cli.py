@@ -1,6 +1,7 @@
 """The runner: ``python -m tinyverse [EXPERIMENT.py] MODE [options]``; each mode's docstring is its --help."""
 
 import argparse
+import functools
 import logging
 import os
 import sys
@@ -55,16 +56,13 @@ MODES |= {"export": export.mode_export, "import": export.mode_import}
 NEEDS_EXPERIMENT = {"play", "train", "run", "eval", "export", "import"}
 
 
-def _count(least: int):
-    def count(text: str) -> int:
-        if not text.strip().lstrip("-").isdigit() or int(text) < least:
-            raise argparse.ArgumentTypeError(f"want a whole number of at least {least}, got {text!r}")
-        return int(text)
-
-    return count
+def _count(text: str, least: int = 1) -> int:
+    if not text.strip().lstrip("-").isdigit() or int(text) < least:
+        raise argparse.ArgumentTypeError(f"want a whole number of at least {least}, got {text!r}")
+    return int(text)
 
 
-ONE, ZERO = {"type": _count(1)}, {"type": _count(0)}  # add_argument's keywords of a count
+ONE, ZERO = {"type": _count}, {"type": functools.partial(_count, least=0)}  # add_argument's keywords of a count
 RAW = argparse.RawDescriptionHelpFormatter
 ON, BOTH = {"action": "store_true"}, {"action": argparse.BooleanOptionalAction}  # of a switch: --x, or --x/--no-x
 BUFFER = ("--buffer-size", ONE, "sessions the database keeps, for every worker")
@@ -115,7 +113,7 @@ FLAGS = {
     "clear": [
         ("--all", ON, "all of the below"),
         ("--del-sessions", ON, "delete recorded sessions"),
-        ("--del-weights --del-params", ON, "delete params"),
+        ("--del-weights --del-params", ON | {"dest": "del_params"}, "delete params"),
         ("--del-metrics", ON, "delete returns and trainer metrics"),
         ("--kill-players", ON, "stop this machine's players, and ask those on other machines to stop"),
         ("--kill-trainers", ON, "stop this machine's trainers, and ask those on other machines to stop"),

@@ -25,10 +25,9 @@ class Every:
         self.seconds, self.last = seconds, {}
 
     def __call__(self, key: str = "") -> bool:
-        if time.monotonic() - self.last.get(key, -self.seconds) < self.seconds:
-            return False
-        self.last[key] = time.monotonic()
-        return True
+        if due := time.monotonic() - self.last.get(key, -self.seconds) >= self.seconds:
+            self.last[key] = time.monotonic()
+        return due
 
 
 class TinyverseError(Exception):

@@ -1,5 +1,6 @@
 """Eval: full episodes with the latest params and the agent's best behaviour, with video."""
 
+import functools
 import logging
 import os
 from pathlib import Path
@@ -33,9 +34,8 @@ def write_video(path: Path, frames: list[np.ndarray], fps: int = 30) -> bool:
 def evaluate(exp: Experiment, db: Database | None, episodes=10, record=None, seed=None, version=None, quiet=False):
     """Play ``episodes`` greedy episodes with the latest params of ``db`` (None: those ``exp`` holds, of ``version``),
     an mp4 of each into the folder ``record``; their returns. Ctrl-C still prints the finished episodes' summary."""
-    say = (lambda *_, **__: None) if quiet else print
-    version = version if db is None else sync_params(exp, db, None)
-    if version is None and not quiet:
+    say = (lambda _: None) if quiet else functools.partial(print, flush=True)
+    if (version := version if db is None else sync_params(exp, db, None)) is None and not quiet:
         log.warning("no params stored: evaluating the experiment's random init")
     if record:  # frames are drawn offscreen: no display, and none of SDL's complaints about XDG_RUNTIME_DIR
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
@@ -43,12 +43,10 @@ def evaluate(exp: Experiment, db: Database | None, episodes=10, record=None, see
     if record and getattr(env, "render_mode", None) != "rgb_array":
         log.warning("this environment does not render rgb_array frames: no video")
         record = None
-    fps = int(env.metadata.get("render_fps") or 30)
     try:
         for ep in range(episodes):
             obs, _ = env.reset(seed=None if seed is None else seed + ep)
-            memory, total, done = exp.initial_memory(1), 0.0, False
-            frames = [env.render()] if record else []
+            memory, total, done, frames = exp.initial_memory(1), 0.0, False, [env.render()] if record else []
             while not done:
                 actions, memory, *_ = exp.act(np.asarray(obs)[None], memory, greedy=True)
                 obs, reward, terminated, truncated, _ = env.step(np.asarray(actions)[0])
@@ -56,15 +54,15 @@ def evaluate(exp: Experiment, db: Database | None, episodes=10, record=None, see
                 frames += [env.render()] if record else []
             returns.append(total)
             path = Path(record or ".") / f"episode_{ep:03d}{'' if version is None else f'_v{version}'}.mp4"
+            fps = int(env.metadata.get("render_fps") or 30)
             video = f"  video {path}" if record and write_video(path, frames, fps) else ""
-            say(f"episode {ep + 1}/{episodes}: return {total:.1f}{video}", flush=True)
+            say(f"episode {ep + 1}/{episodes}: return {total:.1f}{video}")
     except KeyboardInterrupt:
         say(f"interrupted after {len(returns)} of {episodes} episodes")
         raise
     finally:
         env.close()
+        held = "random init: no params" if version is None else f"params v{version}"
         if returns:
-            held = "random init: no params" if version is None else f"params v{version}"
-            n, mean, std = len(returns), np.mean(returns), np.std(returns)
-            say(f"mean return {mean:.1f} ± {std:.1f} over {n} episodes ({held})", flush=True)
+            say(f"mean return {np.mean(returns):.1f} ± {np.std(returns):.1f} over {len(returns)} episodes ({held})")
     return returns

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..database import connect
-from ..errors import TinyverseError
+from ..errors import Every, TinyverseError
 from ..evaluation import evaluate
 from ..loader import load_experiment
 from ..options import store
@@ -22,6 +22,7 @@ from .monitor import progress
 
 log = logging.getLogger(__name__)
 CRASH_WINDOW = 120.0  # crashes older than this are forgiven
+STOP_TIMEOUT = 30.0  # seconds a worker has to stop warmly before it is killed
 
 
 def mode_run(args):
@@ -46,10 +47,8 @@ def mode_run(args):
             index = {"TINYVERSE_WORKER_INDEX": str(i), "TINYVERSE_WORKER_COUNT": str(n)}
             workers.append((f"{role}-{i}", [*argv, "--prefix", args.prefix, "-q"], env | index))
     judge = args.target_eval and (lambda: float(np.mean(evaluate(exp, db, args.target_eval, quiet=True))))
-    reason = supervise(
-        workers, spawn, Watch(db, exp.session_length, args.steps, args.target_return, judge), args.max_crashes
-    )
-    print(f"run stopped: {reason}")
+    watch = Watch(db, exp.session_length, args.steps, args.target_return, judge)
+    print(f"run stopped: {supervise(workers, spawn, watch, args.max_crashes)}")
     if args.eval_episodes:
         evaluate(exp, db, args.eval_episodes, None)
 
@@ -63,10 +62,7 @@ def spawn_local(argv: list[str], env: dict[str, str], logfile: Path) -> subproce
 
 def supervise(workers: list[tuple[str, list[str], dict]], spawn, watch: "Watch", max_crashes: int) -> str:
     """Run each (name, argv, env) of ``workers`` until ``watch`` or Ctrl-C says stop, then stop them; say why.
-
-    ``spawn(argv, env, logfile)`` starts one and returns what ``subprocess.Popen`` would (poll, terminate, wait,
-    kill): a local process, or a Ray task (:mod:`tinyverse.ops.ray`).
-    """
+    ``spawn(argv, env, logfile)`` starts one: a local process, or a Ray task with Popen's poll, terminate, kill."""
     logdir, reason = Path(tempfile.mkdtemp(prefix=f"tinyverse-{watch.db.prefix}-")), None
     children = [Child(name, argv, env, spawn, logdir / f"{name}.log") for name, argv, env in workers]
     log.info("starting %d workers; their logs go to %s until they stop", len(children), logdir)
@@ -77,18 +73,21 @@ def supervise(workers: list[tuple[str, list[str], dict]], spawn, watch: "Watch",
                     child.check(max_crashes)
                 reason = "every worker exited by itself" if all(c.finished for c in children) else watch.check()
                 time.sleep(0.5)
-        except TinyverseError:
-            reason = "a worker kept crashing"
-            raise
         finally:
             watch.close()
-            log.info("stopping the fleet (%s)", reason := reason or "interrupted")
-            running = [c for c in children if c.proc is not None and c.proc.poll() is None]
+            crashed = any(len(c.crashes) >= max_crashes for c in children)
+            reason = reason or ("a worker kept crashing" if crashed else "interrupted")
+            log.info("stopping the fleet (%s)", reason)
+            running = [c for c in children if c.proc is not None]
             for child in running:
-                child.proc.terminate()  # SIGTERM: finish the step, publish, exit
-            for child in running:  # trainers publish params in their warm shutdown
-                child.wait()
-            if reason != "a worker kept crashing":  # its output was shown; keep the logs only then
+                child.proc.terminate()  # SIGTERM: finish the step, publish (trainers), exit
+            deadline = time.monotonic() + STOP_TIMEOUT
+            while any(c.proc.poll() is None for c in running) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            for child in [c for c in running if c.proc.poll() is None]:
+                log.warning("%s did not stop in %.0fs: killing it", child.name, STOP_TIMEOUT)
+                child.proc.kill()
+            if not crashed:  # a crash's output was shown; keep the logs only then
                 shutil.rmtree(logdir, ignore_errors=True)
     return reason
 
@@ -124,14 +123,6 @@ class Child:
     def tail(self, n: int) -> str:
         return "\n".join("    " + line for line in self.logfile.read_text(errors="replace").splitlines()[-n:])
 
-    def wait(self, timeout: float = 30.0) -> None:
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            log.warning("%s did not stop in %.0fs: killing it", self.name, timeout)
-            self.proc.kill()
-            self.proc.wait()
-
 
 class Watch:
     """The run's progress line and its stop conditions, counted from the start of this run."""
@@ -140,8 +131,8 @@ class Watch:
         self.db, self.T, self.max_steps, self.target, self.judge = db, session_length, max_steps, target, judge
         last = db.metrics("episodes", 1)
         self.since = last[-1]["time"] if last else 0.0  # the target counts only this run's episodes
-        self.steps0, self.started, self.shown = db.count_sessions().added * self.T, time.monotonic(), 0.0
-        self.judged, self.tty = self.started, sys.stderr.isatty()
+        self.steps0, self.started, self.tty = db.count_sessions().added * self.T, time.monotonic(), sys.stderr.isatty()
+        self.judged, self.shown = self.started, Every(20.0)  # a greedy eval every 30 s; on no tty, a line every 20 s
 
     def check(self) -> str | None:
         """Show progress; why the run should stop, or None."""
@@ -149,10 +140,9 @@ class Watch:
         line = " | ".join([f"env steps {steps:,} ({steps / max(now - self.started, 1e-9):,.0f}/s)", *progress(self.db)])
         if self.tty:
             print(f"\r{line}\033[K", end="", file=sys.stderr, flush=True)
-        elif now - self.shown >= 20:
+        elif self.shown():
             log.info("%s", line)
-            self.shown = now
-        if self.target is not None and self.judge and now - self.judged >= 30:  # a greedy eval, at most every 30 s
+        if self.target is not None and self.judge and now - self.judged >= 30:
             score, self.judged = self.judge(), time.monotonic()
             log.info("greedy eval: mean return %.1f (target %g)", score, self.target)
             if score >= self.target:

@@ -54,7 +54,7 @@ def describe(factory, stored: dict | None = None) -> list[str]:
         return []
     docs, hints, lines = _field_docs(kind), typing.get_type_hints(kind), []
     for f in dataclasses.fields(kind):
-        default = _default(f)
+        default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
         shown = "required" if default is dataclasses.MISSING else repr(default)
         now = f", stored {stored[f.name]!r}" if stored.get(f.name, default) != default else ""
         kind_name = getattr(hints[f.name], "__name__", str(hints[f.name]))
@@ -77,11 +77,6 @@ def _field_docs(kind) -> dict[str, str]:
     return docs
 
 
-def _default(f: dataclasses.Field):
-    """The field's default (its factory's value), or ``dataclasses.MISSING``."""
-    return f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
-
-
 def progress(db: Database) -> list[str]:
     """The run at a glance: sessions, params version, recent return, loss (for run's progress line)."""
     parts = [f"sessions {db.count_sessions().stored:,}", f"params v{db.params_version() or 0}"]
@@ -102,9 +97,8 @@ def info_text(db: Database, last: int = 100) -> str:
         return "\n".join(lines + [f"  empty: start a player with {command('play')}"])
     corrupt = f", {n:,} corrupt removed" if (n := db.counter("corrupt")) else ""
     lines.insert(1, f"  sessions  {stored:,} stored of {db.capacity() or 0:,} capacity, {added:,} ever added{corrupt}")
-    lines.append(
-        f"  params    {'none' if saved is None else f'version {saved.version}, saved {_age(now - saved.time)} ago'}"
-    )
+    held = "none" if saved is None else f"version {saved.version}, saved {_age(now - saved.time)} ago"
+    lines.append(f"  params    {held}")
     pace = next((w["pace"] for w in workers if w.get("pace")), None)
     if pace and pace["updates_per_step"]:
         updates, played = db.counter("updates"), max(0, added * pace["session_length"] - pace["learning_starts"])
@@ -150,23 +144,23 @@ def mode_plot(args):
     if not (episodes := db.metrics("episodes")):
         raise TinyverseError(f"no episode returns stored under prefix {db.prefix!r}: play first, or check --prefix")
     returns, k = np.array([m["return"] for m in episodes]), min(20, len(episodes))
-    seconds = np.array([m["time"] for m in episodes]) - episodes[0]["time"]
-    unit = 60 if seconds[-1] > 300 else 1
-    curves = [("env steps", np.array([m["steps"] for m in episodes]))]
-    curves += [(f"wall time ({'minutes' if unit == 60 else 'seconds'})", seconds / unit)]
+    start = episodes[0]["time"]
+    curves = {
+        "env steps": [m["steps"] for m in episodes],
+        "wall time (min)": [(m["time"] - start) / 60 for m in episodes],
+    }
     fig = Figure(figsize=(15, 4), layout="tight")
     axes = fig.subplots(1, 3)
-    for ax, (label, x) in zip(axes[:2], curves, strict=True):
+    for ax, (label, x) in zip(axes, curves.items(), strict=False):
         ax.plot(x, returns, ".", alpha=0.3, label="episode")
         ax.plot(x[k - 1 :], np.convolve(returns, np.ones(k) / k, mode="valid"), label=f"mean of {k}")
         ax.set(xlabel=label, ylabel="return")
         ax.legend()
-    if losses := [(m["updates"], m["loss"]) for m in db.metrics("train") if "loss" in m]:
+    losses = [(m["updates"], m["loss"]) for m in db.metrics("train") if "loss" in m]
+    axes[2].set(xlabel="trainer updates", ylabel="loss", title="" if losses else "no trainer loss stored")
+    if losses:
         axes[2].plot(*zip(*losses, strict=True), ".-")
-        axes[2].set(
-            xlabel="trainer updates", ylabel="loss", yscale="log" if min(v for _, v in losses) > 0 else "linear"
-        )
-    axes[2].set_title("" if losses else "no trainer loss stored")
+        axes[2].set_yscale("log" if min(v for _, v in losses) > 0 else "linear")
     fig.suptitle(f"{db.prefix}: {len(returns)} episodes")
     fig.savefig(args.output, dpi=80)
     print(f"wrote {args.output}")

@@ -4,7 +4,6 @@ import functools
 import logging
 import os
 import socket
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -67,7 +66,7 @@ def _worker(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
 
 
 class RayProcess:
-    """One worker's Ray task, with the part of ``subprocess.Popen`` that ``run`` uses."""
+    """One worker's Ray task, with the part of ``subprocess.Popen`` that ``run`` uses: poll, terminate, kill."""
 
     def __init__(self, ray, task, argv: list[str], env: dict[str, str], logfile: Path):
         self.ray, self.logfile, self.returncode = ray, logfile, None
@@ -77,9 +76,7 @@ class RayProcess:
         if self.returncode is None and self.ray.wait([self.ref], timeout=0)[0]:
             try:
                 self.returncode, output = self.ray.get(self.ref)
-            except self.ray.exceptions.TaskCancelledError:
-                self.returncode, output = 0, "cancelled before it started\n"
-            except self.ray.exceptions.RayError as e:  # its Ray worker or its node died
+            except self.ray.exceptions.RayError as e:  # cancelled, or its Ray worker or its node died
                 self.returncode, output = 1, f"{type(e).__name__}: {e}\n"
             with open(self.logfile, "a") as out:  # run shows its tail when it keeps crashing
                 out.write(output)
@@ -90,8 +87,3 @@ class RayProcess:
 
     def kill(self) -> None:
         self.ray.cancel(self.ref, force=True)
-
-    def wait(self, timeout: float | None = None) -> int:
-        if not self.ray.wait([self.ref], timeout=timeout)[0]:
-            raise subprocess.TimeoutExpired("ray task", timeout)
-        return self.poll()

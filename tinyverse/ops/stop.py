@@ -13,9 +13,8 @@ from .monitor import namespaces
 
 def mode_clear(args):
     """Stop workers and/or delete sessions, params and metrics (--all: everything)."""
-    roles = {r for r, on in (("player", args.kill_players), ("trainer", args.kill_trainers)) if on or args.all}
-    what = dict(sessions=args.del_sessions, params=args.del_weights, metrics=args.del_metrics)
-    what = {k: on or args.all for k, on in what.items()}
+    roles = {role for role in ("player", "trainer") if args.all or getattr(args, f"kill_{role}s")}
+    what = {data: args.all or getattr(args, f"del_{data}") for data in ("sessions", "params", "metrics")}
     if not (roles or any(what.values())):
         raise TinyverseError("say what to clear: --all, --del-{sessions,weights,metrics} or --kill-{players,trainers}")
     if not (dbs := namespaces(args)):
