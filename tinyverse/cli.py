@@ -1,7 +1,6 @@
 """The runner: ``python -m tinyverse [EXPERIMENT.py] MODE [options]``; each mode's docstring is its --help."""
 
 import argparse
-import functools
 import logging
 import os
 import sys
@@ -62,7 +61,7 @@ def _count(text: str, least: int = 1) -> int:
     return int(text)
 
 
-ONE, ZERO = {"type": _count}, {"type": functools.partial(_count, least=0)}  # add_argument's keywords of a count
+ONE, ZERO = {"type": _count}, {"type": lambda text: _count(text, least=0)}  # add_argument's keywords of a count
 RAW = argparse.RawDescriptionHelpFormatter
 ON, BOTH = {"action": "store_true"}, {"action": argparse.BooleanOptionalAction}  # of a switch: --x, or --x/--no-x
 BUFFER = ("--buffer-size", ONE, "sessions the database keeps, for every worker")
@@ -170,7 +169,7 @@ def build_parser(epilog: str | None = None) -> argparse.ArgumentParser:
 def parse(argv: list[str]) -> argparse.Namespace:
     """The arguments of ``python -m tinyverse ARGV``, the database URL built from them, ``args.options`` a dict."""
     experiment = argv[0] if argv and argv[0] not in MODES and not argv[0].startswith("-") else None
-    args = build_parser(_options_help(experiment, argv)).parse_args(argv[1:] if experiment else argv)
+    args = build_parser(monitor.options_help(experiment, argv, parse)).parse_args(argv[1:] if experiment else argv)
     if args.mode in NEEDS_EXPERIMENT and experiment is None:
         raise TinyverseError(f"{args.mode} needs an experiment: python -m tinyverse EXPERIMENT.py {args.mode}")
     args.experiment, args.options = experiment, dict(getattr(args, "options", []))
@@ -179,17 +178,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
     errors.INVOKED.update(experiment=experiment or "EXPERIMENT.py", prefix=args.prefix if args.prefix_given else None)
     args.url = url_from(args.url, args.host, args.port, args.password, args.tls_ca)
     return args
-
-
-def _options_help(experiment: str | None, argv: list[str]) -> str | None:
-    """The experiment's options for ``EXP MODE --help``: name, default, type, stored value, docstring."""
-    if experiment is None or not {"-h", "--help"} & set(argv):
-        return None
-    try:
-        lines = monitor.option_lines(parse([a for a in argv if a not in ("-h", "--help")]))
-        return "\n  ".join([f"options of {experiment} (--set NAME=VALUE):", *lines])
-    except TinyverseError as e:
-        return f"options of {experiment}: {e}"
 
 
 def main(argv: list[str] | None = None) -> int:

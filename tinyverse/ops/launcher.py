@@ -11,14 +11,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..database import connect
+from ..database import Database, connect
 from ..errors import Every, TinyverseError
 from ..evaluation import evaluate
 from ..loader import load_experiment
 from ..options import store
 from ..workers import PARENT, StopFlag
 from . import ray
-from .monitor import progress
 
 log = logging.getLogger(__name__)
 CRASH_WINDOW = 120.0  # crashes older than this are forgiven
@@ -122,6 +121,16 @@ class Child:
 
     def tail(self, n: int) -> str:
         return "\n".join("    " + line for line in self.logfile.read_text(errors="replace").splitlines()[-n:])
+
+
+def progress(db: Database) -> list[str]:
+    """The run at a glance: sessions, params version, recent return, loss (for run's progress line)."""
+    parts = [f"sessions {db.count_sessions().stored:,}", f"params v{db.params_version() or 0}"]
+    if returns := db.recent_returns(20):
+        parts.append(f"return {np.mean(returns):.1f} (last {len(returns)})")
+    if (train := db.metrics("train", 1)) and "loss" in train[-1]:
+        parts.append(f"loss {train[-1]['loss']:.4g}")
+    return parts
 
 
 class Watch:

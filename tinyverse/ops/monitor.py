@@ -47,6 +47,17 @@ def option_lines(args) -> list[str]:
     return describe(factory, stored) or ["(none: its make_experiment takes no Args)"]
 
 
+def options_help(experiment: str | None, argv: list[str], parse) -> str | None:
+    """The experiment's options for ``EXP MODE --help`` (``parse``: the CLI's, for the database of ``argv``)."""
+    if experiment is None or not {"-h", "--help"} & set(argv):
+        return None
+    try:
+        lines = option_lines(parse([a for a in argv if a not in ("-h", "--help")]))
+        return "\n  ".join([f"options of {experiment} (--set NAME=VALUE):", *lines])
+    except TinyverseError as e:
+        return f"options of {experiment}: {e}"
+
+
 def describe(factory, stored: dict | None = None) -> list[str]:
     """One line an option: ``name=default (type, stored value if it differs): its docstring``."""
     kind, stored = dataclass_of(factory), stored or {}
@@ -75,16 +86,6 @@ def _field_docs(kind) -> dict[str, str]:
             if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr) and isinstance(text, ast.Constant):
                 docs[node.target.id] = " ".join(str(text.value).split())
     return docs
-
-
-def progress(db: Database) -> list[str]:
-    """The run at a glance: sessions, params version, recent return, loss (for run's progress line)."""
-    parts = [f"sessions {db.count_sessions().stored:,}", f"params v{db.params_version() or 0}"]
-    if returns := db.recent_returns(20):
-        parts.append(f"return {np.mean(returns):.1f} (last {len(returns)})")
-    if (train := db.metrics("train", 1)) and "loss" in train[-1]:
-        parts.append(f"loss {train[-1]['loss']:.4g}")
-    return parts
 
 
 def info_text(db: Database, last: int = 100) -> str:
