@@ -1,23 +1,20 @@
-"""The database that players, trainers and tools share (docs/database.rst); a backend implements the primitives."""
+"""The database that players, trainers and tools share (docs/database.rst), on the primitives of a backend."""
 
-import itertools
 import json
 import logging
 import random
-import re
 import time
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..encoding import decode, decode_batch, differences, encode, layout
-from ..errors import DatabaseError, Every, RecordError, TinyverseError, command, masked
+from ..errors import DatabaseError, Every, RecordError, TinyverseError, command
+from .backend import Backend
 
 log = logging.getLogger(__name__)
 
 Arrays = dict[str, np.ndarray]
-PREFIX_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 METRICS_LIMIT = 100_000  # records kept per metrics kind
 STOP_TTL = 600.0  # seconds a stop request waits for its worker
 BUDGET = 2**30  # bytes of sessions kept unless a capacity is stored: 1,000 to 10^6 sessions
@@ -33,37 +30,13 @@ class Saved(NamedTuple):
     time: float  # Unix time of the save
 
 
-class Database:
+class Database(Backend):
     """Sessions, params, workers and metrics of one namespace."""
 
-    errors: tuple[type[Exception], ...] = ()  # the backend library's errors, turned into DatabaseError
-
     def __init__(self, url: str, prefix: str = "tinyverse", retry_for: float | None = None):
-        if not PREFIX_RE.match(prefix):
-            raise DatabaseError(f"bad prefix {prefix!r}: use 1-64 letters, digits, '_', '.' or '-'")
-        self.url, self.prefix, self.retry_for = masked(url), prefix, retry_for
+        super().__init__(url, prefix, retry_for)
         self.layout: list | None = None  # of the sessions stored: those of another layout are never handed out
         self.warn = Every(30.0)
-
-    def _call(self, fn: Callable, *args: Any) -> Any:
-        """Run a primitive, waiting out an unreachable database with backoff; backend errors become one line."""
-        start = time.monotonic()
-        for attempt in itertools.count():
-            try:
-                result = fn(*args)
-                break
-            except self.errors as e:
-                if not self._is_transient(e):
-                    raise DatabaseError(f"{type(self).__name__[:-8]} at {self.url}: {e} (check --db)") from None
-                if self.retry_for is not None and time.monotonic() - start >= self.retry_for:
-                    fix = "start the server or pass --db sqlite:///tinyverse.db"
-                    raise DatabaseError(f"cannot reach database {self.url} ({type(e).__name__}: {e}); {fix}") from None
-                if attempt == 0:
-                    log.warning("database %s unreachable (%s); waiting with backoff", self.url, e)
-                time.sleep(min(0.2 * 2**attempt, 10.0))
-        if attempt:
-            log.warning("database %s is back", self.url)
-        return result
 
     def add_sessions(self, sessions: list[Arrays], capacity: int | None = None) -> None:
         """Append sessions atomically, evicting the oldest; the first append claims their layout and the capacity."""
@@ -94,12 +67,6 @@ class Database:
     def get_batch(self, ids: list[int]) -> Arrays:
         """The stored ones of ``ids`` in order (repeats kept), stacked into ``{name: (k, ...)}`` arrays with ``id``."""
         return self._batch(self._call(self._rows, ids))
-
-    def _rows(self, ids: list[int]) -> list[tuple[int, bytes]]:
-        """``(id, record)`` of the stored ones of ``ids``, in order, repeats kept: one fetch."""
-        ids = [int(i) for i in ids]
-        found = self._get(sorted(set(ids))) if ids else {}  # HMGET of no fields is an error in Redis
-        return [(i, found[i]) for i in ids if i in found]
 
     def _batch(self, rows: list[tuple[int, bytes]]) -> Arrays:
         """Decode, skipping sessions of another layout and deleting corrupt ones for good (counted, warned)."""
@@ -214,9 +181,8 @@ class Database:
             self._call(self._add_metrics, kind, [json.dumps(r) for r in records], METRICS_LIMIT)
 
     def metrics(self, kind: str, last: int = METRICS_LIMIT) -> list[dict]:
-        if last < 1:  # Redis reads LRANGE -0 -1 as the whole list
-            return []
-        return [json.loads(s) for s in self._call(self._metrics, kind, int(last))]
+        found = self._call(self._metrics, kind, int(last)) if last > 0 else []  # Redis reads LRANGE -0 -1 as all
+        return [json.loads(s) for s in found]
 
     def recent_returns(self, last: int = 20, since: float = 0.0) -> list[float]:
         """The returns of the last ``last`` episodes played (those that ended after Unix time ``since``)."""
@@ -233,6 +199,3 @@ class Database:
     def namespaces(self) -> list[str]:
         """Prefixes used in this database (some may hold no data: check before listing them)."""
         return sorted(self._call(self._namespaces))
-
-    def close(self) -> None:
-        """Release connections."""
