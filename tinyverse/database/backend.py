@@ -48,6 +48,10 @@ class Backend:
         found = self._get(sorted(set(ids))) if ids else {}  # HMGET of no fields is an error in Redis
         return [(i, found[i]) for i in ids if i in found]
 
+    def namespaces(self) -> list[str]:
+        """Prefixes used in this database (some may hold no data: check before listing them)."""
+        return sorted(self._call(self._namespaces))
+
     # -- the primitives -------------------------------------------------------------------------------------------
     def _is_transient(self, error: Exception) -> bool: ...  # server down, database locked: worth waiting out
     def _add(self, blobs: list[bytes], capacity: int) -> None: ...  # capacity: stored if none is; then evict

@@ -195,7 +195,3 @@ class Database(Backend):
             what.add("settings")
         self._call(self._clear, what)
         self.layout = None
-
-    def namespaces(self) -> list[str]:
-        """Prefixes used in this database (some may hold no data: check before listing them)."""
-        return sorted(self._call(self._namespaces))

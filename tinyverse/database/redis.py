@@ -61,9 +61,7 @@ class RedisDatabase(Database):
         if isinstance(e, redis.AuthenticationError):  # a wrong password does not get better with time
             raise DatabaseError(f"Redis at {self.url} refused the password ({e}): check --password or the URL")
         if "SSL" in str(e):  # nor does a certificate that does not verify
-            fix = (
-                "pass the CA that signed the server's certificate with --tls-ca FILE (or ?ssl_ca_certs=FILE in the URL)"
-            )
+            fix = "pass the CA that signed the server's certificate: --tls-ca FILE (or ?ssl_ca_certs=FILE in the URL)"
             raise DatabaseError(f"TLS with Redis at {self.url} failed ({str(e).split('] ')[-1]}): {fix}")
         loading = isinstance(e, redis.ResponseError) and str(e).startswith("LOADING")
         return loading or isinstance(e, (redis.ConnectionError, redis.TimeoutError))

@@ -101,9 +101,8 @@ class SQLiteDatabase(Database):
             return new
 
     def _params(self, data):
-        return self.conn.execute(
-            f"SELECT version, time, {'data' if data else 'NULL'} FROM {self.t['params']}"
-        ).fetchone()
+        sql = f"SELECT version, time, {'data' if data else 'NULL'} FROM {self.t['params']}"
+        return self.conn.execute(sql).fetchone()
 
     def _heartbeat(self, worker_id, info, ttl):
         with self._write() as db:
