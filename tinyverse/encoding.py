@@ -1,10 +1,6 @@
-"""Arrays <-> bytes without pickle: a record is ``MAGIC | u32 header length | JSON header | array bytes``.
-
-The header lists ``[name, dtype, shape, codec, nbytes]`` an array, of numeric dtypes only: decoding never builds
-objects or runs code. Codecs: ``raw``; ``zeros`` (nothing stored: ``final_observations`` where no episode ended);
-``zlib`` for uint8 arrays of ``COMPRESS_MIN_BYTES`` or more (image frames) when it saves a quarter of their size.
-Decoded arrays are writable and share no memory with the record.
-"""
+"""Arrays <-> bytes without pickle: ``MAGIC | u32 header length | JSON header | array bytes``, where the header
+lists ``[name, dtype, shape, codec, nbytes]`` an array of a numeric dtype, so decoding never builds objects or runs
+code (the codecs: docs/api.rst). Decoded arrays are writable and share no memory with the record."""
 
 import json
 import math
@@ -16,12 +12,12 @@ import numpy as np
 from .errors import RecordError
 
 MAGIC = b"TVR1"
-COMPRESS_MIN_BYTES = 4096
+COMPRESS_MIN_BYTES = 4096  # uint8 arrays (image frames) this big are stored with zlib when it saves a quarter
 MAX_BYTES = 2**30  # a tiny foreign record must not declare a huge array of zeros or of zlib data
 _LEN = struct.Struct("<I")
 _KINDS = set("biufc")  # bool, signed, unsigned, float, complex: nothing that holds objects
 _ERRORS = (ValueError, TypeError, KeyError, struct.error, zlib.error, RecursionError, OverflowError)
-_HEADERS: dict[bytes, tuple[list, list]] = {}  # header bytes -> (layout, [(name, dtype, shape, codec, size, nbytes)])
+_HEADERS: dict[bytes, tuple] = {}  # header bytes -> what _header found
 
 
 def encode(arrays: dict[str, np.ndarray]) -> bytes:
@@ -33,8 +29,7 @@ def encode(arrays: dict[str, np.ndarray]) -> bytes:
             raise TypeError(f"cannot store array {name!r} of dtype {a.dtype}: use a numeric dtype")
         raw, codec = (b"", "zeros") if a.nbytes >= 1024 and not a.any() else (a.tobytes(), "raw")
         if codec == "raw" and a.dtype == np.uint8 and a.nbytes >= COMPRESS_MIN_BYTES:
-            packed = zlib.compress(raw, 1)
-            if len(packed) <= 0.75 * len(raw):
+            if len(packed := zlib.compress(raw, 1)) <= 0.75 * len(raw):
                 raw, codec = packed, "zlib"
         header.append([name, a.dtype.str, list(a.shape), codec, len(raw)])
         chunks.append(raw)
@@ -47,6 +42,16 @@ def layout(arrays: dict[str, np.ndarray]) -> list:
     return [[k, np.asarray(v).dtype.str, list(np.shape(v))] for k, v in arrays.items()]
 
 
+def differences(expected: list, stored: list, wants: str = "wants") -> list[str]:
+    """What differs between two layouts, sorted: ``missing a``, ``unexpected b``, ``c: stored int64[2], wants
+    int64[3]`` (``wants``: the word for what ``expected`` holds)."""
+    want = {n: f"{np.dtype(d).name}{list(s)}" for n, d, s in expected}
+    have = {n: f"{np.dtype(d).name}{list(s)}" for n, d, s in stored}
+    found = [f"missing {n}" for n in want.keys() - have.keys()] + [f"unexpected {n}" for n in have.keys() - want]
+    found += [f"{n}: stored {have[n]}, {wants} {want[n]}" for n in want.keys() & have.keys() if have[n] != want[n]]
+    return sorted(found)
+
+
 def decode(data: bytes) -> dict[str, np.ndarray]:
     """The arrays of a record made by :func:`encode`; RecordError for anything else."""
     out, _, errors = decode_batch([data])
@@ -56,88 +61,74 @@ def decode(data: bytes) -> dict[str, np.ndarray]:
 
 
 def decode_batch(blobs: list[bytes], expected: list | None = None) -> tuple[dict, list[int], list[tuple[int, str]]]:
-    """Records stacked: ``({name: (k, *shape)}, kept, errors)``, each array in one copy a header shared.
+    """Records stacked: ``({name: (k, *shape)}, kept, errors)``, each raw array in one copy a header shared.
 
     ``kept``: the indices of the k records, in order; ``errors``: ``(index, reason)`` of corrupt or foreign ones.
     Records whose :func:`layout` differs from ``expected`` (default: the first good record's) are in neither.
     """
-    groups, errors = {}, []  # header bytes -> (spec, indices of its records)
+    groups, inflated, errors = {}, {}, []  # header bytes -> (spec, indices of its records); index -> zlib arrays
     for i, data in enumerate(blobs):
         try:
-            head, found, spec = _split(data)
+            head, found, spec, end = _header(data)
+            if end != len(data):
+                raise ValueError("truncated record" if end > len(data) else "trailing bytes")
+            expected = found if expected is None else expected
+            if found == expected:
+                inflated[i] = [(s[0], _inflate(data[s[4] : s[5]], s[1], s[2])) for s in spec if s[3] == "zlib"]
+                groups.setdefault(head, (spec, []))[1].append(i)
         except _ERRORS as e:
             errors.append((i, f"corrupt or foreign record ({e})"))
-            continue
-        expected = found if expected is None else expected
-        if found == expected:
-            groups.setdefault(head, (spec, []))[1].append(i)
     if not groups:
         return {}, [], errors
-    kept = sorted(i for _, idx in groups.values() for i in idx)
-    row = {i: r for r, i in enumerate(kept)}
+    kept = sorted(inflated)
     out = {name: np.zeros((len(kept), *shape), dtype) for name, dtype, shape in expected}
-    for head, (spec, idx) in groups.items():
-        rows = slice(None) if len(groups) == 1 else [row[i] for i in idx]
+    for spec, idx in groups.values():
+        rows = slice(None) if len(groups) == 1 else np.searchsorted(kept, idx)  # one header: the common case
         joined = np.frombuffer(b"".join(blobs[i] for i in idx), np.uint8).reshape(len(idx), -1)  # a record a row
-        pos = 8 + len(head)
-        for name, dt, shape, codec, size, nbytes in spec:
-            if codec == "raw" and size:  # each array is a band of columns
-                out[name][rows] = joined[:, pos : pos + size].view(dt).reshape(len(idx), *shape)
-            elif codec == "zlib":
-                for j, i in enumerate(idx):
-                    try:
-                        raw = _inflate(joined[j, pos : pos + size], nbytes)
-                        out[name][row[i]] = np.frombuffer(raw, dt).reshape(shape)
-                    except _ERRORS as e:
-                        errors.append((i, f"corrupt or foreign record ({e})"))
-            pos += size
-    if failed := {i for i, _ in errors if i in row}:  # zlib data that did not inflate to its shape
-        kept = [i for i in kept if i not in failed]
-        out = {name: a[[row[i] for i in kept]] for name, a in out.items()}
+        for name, dt, shape, codec, start, end in spec:
+            if codec == "raw" and end > start:  # each array is a band of columns
+                out[name][rows] = joined[:, start:end].view(dt).reshape(len(idx), *shape)
+    for row, i in enumerate(kept):
+        for name, array in inflated[i]:
+            out[name][row] = array
     return out, kept, errors
 
 
-def _split(data: bytes) -> tuple[bytes, list, list]:
-    """The header bytes, layout and validated spec of a record whose length matches its header."""
+def _header(data: bytes) -> tuple[bytes, list, list, int]:
+    """A record's header bytes, layout, spec (an array's bytes are data[start:end]) and length, cached by header;
+    ValueError for anything but numeric arrays that fit their bytes."""
     if data[:4] != MAGIC:
         raise ValueError("not a tinyverse record")
     (n,) = _LEN.unpack_from(data, 4)
-    head = bytes(memoryview(data)[8 : 8 + n])
-    if len(head) != n:
-        raise ValueError("truncated record")
-    found, spec = _HEADERS.get(head) or _parse(head)
-    end = 8 + n + sum(s[4] for s in spec)
-    if end != len(data):
-        raise ValueError("truncated record" if end > len(data) else "trailing bytes")
-    return head, found, spec
-
-
-def _parse(head: bytes) -> tuple[list, list]:
-    """The layout and spec of a header, cached; ValueError for anything but numeric arrays that fit their bytes."""
-    spec = []
-    for name, dtype, shape, codec, size in json.loads(head):
+    head = bytes(memoryview(data)[: 8 + n])  # with the magic and length: a cut header is another key
+    if head in _HEADERS:
+        return _HEADERS[head]
+    spec, start = [], 8 + n
+    for name, dtype, shape, codec, size in json.loads(head[8:]):
         dt = np.dtype(dtype)
         if dt.kind not in _KINDS or dt.fields is not None:
             raise ValueError(f"forbidden dtype {dtype!r}")
         if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in [*shape, size]):
             raise ValueError(f"bad shape {shape!r} or size {size!r}")
-        if codec not in ("raw", "zeros", "zlib"):
-            raise ValueError(f"unknown codec {codec!r}")
         nbytes = math.prod(shape) * dt.itemsize
-        fits = size == nbytes if codec == "raw" else (codec == "zlib" or not size) and nbytes <= MAX_BYTES
-        if not fits:
+        fits = {"raw": size == nbytes, "zeros": not size and nbytes <= MAX_BYTES, "zlib": nbytes <= MAX_BYTES}
+        if codec not in fits:
+            raise ValueError(f"unknown codec {codec!r}")
+        if not fits[codec]:
             raise ValueError(f"{codec} array {name!r} of {nbytes} bytes cannot take {size} bytes")
-        spec.append((str(name), dt, tuple(shape), codec, size, nbytes))
-    parsed = [[name, dt.str, list(shape)] for name, dt, shape, *_ in spec], spec
+        spec.append((str(name), dt, tuple(shape), codec, start, start + size))
+        start += size
+    found = head, [[name, dt.str, list(shape)] for name, dt, shape, *_ in spec], spec, start
     if len(_HEADERS) < 1024:
-        _HEADERS[head] = parsed
-    return parsed
+        _HEADERS[head] = found
+    return found
 
 
-def _inflate(raw, nbytes: int) -> bytes:
-    """zlib data of exactly ``nbytes``: never inflate more, so a tiny record cannot fill memory."""
+def _inflate(raw: bytes, dt: np.dtype, shape: tuple) -> np.ndarray:
+    """zlib data of exactly the array's bytes: never inflate more, so a tiny record cannot fill memory."""
+    nbytes = math.prod(shape) * dt.itemsize
     z = zlib.decompressobj()
     out = z.decompress(raw, max(nbytes, 1))  # 0 would mean no limit
     if len(out) != nbytes or not z.eof or z.unconsumed_tail:
         raise ValueError("compressed data does not fit the shape")
-    return out
+    return np.frombuffer(out, dt).reshape(shape)

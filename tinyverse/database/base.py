@@ -1,23 +1,20 @@
-"""The database that players, trainers and tools share (docs/database.rst); a backend implements the primitives."""
+"""The database that players, trainers and tools share (docs/database.rst), on the primitives of a backend."""
 
-import itertools
 import json
 import logging
 import random
-import re
 import time
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..encoding import decode, decode_batch, encode, layout
-from ..errors import DatabaseError, Every, RecordError, TinyverseError, command, masked
+from ..encoding import decode, decode_batch, differences, encode, layout
+from ..errors import DatabaseError, Every, RecordError, TinyverseError, command
+from .backend import Backend
 
 log = logging.getLogger(__name__)
 
 Arrays = dict[str, np.ndarray]
-PREFIX_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 METRICS_LIMIT = 100_000  # records kept per metrics kind
 STOP_TTL = 600.0  # seconds a stop request waits for its worker
 BUDGET = 2**30  # bytes of sessions kept unless a capacity is stored: 1,000 to 10^6 sessions
@@ -33,49 +30,23 @@ class Saved(NamedTuple):
     time: float  # Unix time of the save
 
 
-class Database:
+class Database(Backend):
     """Sessions, params, workers and metrics of one namespace."""
 
-    errors: tuple[type[Exception], ...] = ()  # the backend library's errors, turned into DatabaseError
-
     def __init__(self, url: str, prefix: str = "tinyverse", retry_for: float | None = None):
-        if not PREFIX_RE.match(prefix):
-            raise DatabaseError(f"bad prefix {prefix!r}: use 1-64 letters, digits, '_', '.' or '-'")
-        self.url, self.prefix, self.retry_for = masked(url), prefix, retry_for
+        super().__init__(url, prefix, retry_for)
         self.layout: list | None = None  # of the sessions stored: those of another layout are never handed out
         self.warn = Every(30.0)
-
-    def _call(self, fn: Callable, *args: Any) -> Any:
-        """Run a primitive, waiting out an unreachable database with backoff; backend errors become one line."""
-        start = time.monotonic()
-        for attempt in itertools.count():
-            try:
-                result = fn(*args)
-            except self.errors as e:
-                if not self._is_transient(e):
-                    raise DatabaseError(f"{type(self).__name__[:-8]} at {self.url}: {e} (check --db)") from None
-                if self.retry_for is not None and time.monotonic() - start >= self.retry_for:
-                    fix = "start the server or pass --db sqlite:///tinyverse.db"
-                    raise DatabaseError(f"cannot reach database {self.url} ({type(e).__name__}: {e}); {fix}") from None
-                if attempt == 0:
-                    log.warning("database %s unreachable (%s); waiting with backoff", self.url, e)
-                time.sleep(min(0.2 * 2**attempt, 10.0))
-                continue
-            if attempt:
-                log.warning("database %s is back", self.url)
-            return result
 
     def add_sessions(self, sessions: list[Arrays], capacity: int | None = None) -> None:
         """Append sessions atomically, evicting the oldest; the first append claims their layout and the capacity."""
         if not sessions:
             return
-        mine = layout(sessions[0])
-        if self.layout != mine:
+        if self.layout != (mine := layout(sessions[0])):
             if (stored := self.claim("layout", mine)) not in (mine, None):  # None: cleared since the claim
+                found = "; ".join(differences(mine, stored, "this experiment records")) or "another order"
                 fix = f"use another --prefix, or delete them with {command('clear --del-sessions')}"
-                raise TinyverseError(
-                    f"prefix {self.prefix} holds sessions of another layout ({_differ(stored, mine)}): {fix}"
-                )
+                raise TinyverseError(f"prefix {self.prefix} holds sessions of another layout ({found}): {fix}")
             self.layout = mine
         size = sum(np.asarray(a).nbytes for a in sessions[0].values())
         default = capacity or int(min(10**6, max(1000, BUDGET // max(size, 1))))
@@ -97,13 +68,8 @@ class Database:
         """The stored ones of ``ids`` in order (repeats kept), stacked into ``{name: (k, ...)}`` arrays with ``id``."""
         return self._batch(self._call(self._rows, ids))
 
-    def _rows(self, ids: list[int]) -> list[tuple[int, bytes]]:
-        """``(id, record)`` of the stored ones of ``ids``, in order, repeats kept: one fetch."""
-        ids = [int(i) for i in ids]
-        found = self._get(sorted(set(ids))) if ids else {}  # HMGET of no fields is an error in Redis
-        return [(i, found[i]) for i in ids if i in found]
-
     def _batch(self, rows: list[tuple[int, bytes]]) -> Arrays:
+        """Decode, skipping sessions of another layout and deleting corrupt ones for good (counted, warned)."""
         if rows and self.layout is None:
             self.layout = self.setting("layout")
         batch, kept, errors = decode_batch([blob for _, blob in rows], self.layout)
@@ -167,20 +133,19 @@ class Database:
     ) -> int | None:
         """Store params with version max(stored + 1, min_version) and return it; None: not written (``if_absent``
         and params are stored, or ``expect`` given and the stored version is another: a compare-and-set)."""
+        expect = 0 if if_absent else expect  # version 0: none stored
 
-        def version(stored: int | None) -> int | None:  # what to write over the stored version; None: nothing
-            if (if_absent and stored is not None) or expect not in (None, stored or 0):
-                return None
-            return max((stored or 0) + 1, min_version)
+        def version(stored: int) -> int | None:  # what to write over the stored version; None: nothing
+            return None if expect not in (None, stored) else max(stored + 1, min_version)
 
         return self._call(self._save_params, encode(params), version)
 
     def load_params(self) -> tuple[int, Arrays] | None:
         """(version, params) or None when none are stored."""
-        if (found := self._call(self._load_params)) is None:
+        if (found := self._call(self._params, True)) is None:
             return None
         try:
-            return found[0], decode(found[1])
+            return found[0], decode(found[2])
         except RecordError as e:
             fix = f"delete them with {command('clear --del-weights')} (a trainer then starts from a random init)"
             raise RecordError(f"the stored params of {self.prefix} are {e}; {fix}") from None
@@ -191,7 +156,7 @@ class Database:
 
     def params_saved(self) -> Saved | None:
         """The stored params' version and when they were saved; None if none are stored."""
-        return None if (found := self._call(self._params_version)) is None else Saved(*found)
+        return None if (found := self._call(self._params, False)) is None else Saved(*found[:2])
 
     def heartbeat(self, worker_id: str, info: dict, ttl: float = 10.0) -> None:
         self._call(self._heartbeat, worker_id, json.dumps(info), float(ttl))
@@ -216,55 +181,17 @@ class Database:
             self._call(self._add_metrics, kind, [json.dumps(r) for r in records], METRICS_LIMIT)
 
     def metrics(self, kind: str, last: int = METRICS_LIMIT) -> list[dict]:
-        if last < 1:  # Redis reads LRANGE -0 -1 as the whole list
-            return []
-        return [json.loads(s) for s in self._call(self._metrics, kind, int(last))]
+        found = self._call(self._metrics, kind, int(last)) if last > 0 else []  # Redis reads LRANGE -0 -1 as all
+        return [json.loads(s) for s in found]
 
     def recent_returns(self, last: int = 20, since: float = 0.0) -> list[float]:
         """The returns of the last ``last`` episodes played (those that ended after Unix time ``since``)."""
         return [m["return"] for m in self.metrics("episodes", last) if m["time"] > since]
 
     def clear(self, sessions=False, params=False, workers=False, metrics=False) -> None:
-        """Delete what is asked; sessions take their layout along, everything takes the settings too."""
+        """Delete what is asked; sessions take their layout along, everything the settings and counters too."""
         what = {k for k, v in locals().items() if v is True}
         if len(what) == 4:  # a fresh start: settings and counters too, but for stop requests
             what.add("settings")
         self._call(self._clear, what)
-        if "sessions" in what:
-            self._call(self._set_meta, "layout", None, False)
-            self.layout = None
-
-    def namespaces(self) -> list[str]:
-        """Prefixes used in this database (some may hold no data: check before listing them)."""
-        return sorted(self._call(self._namespaces))
-
-    def close(self) -> None:
-        """Release connections."""
-
-    # -- the primitives a backend implements, each in one or two native calls ---------
-    def _is_transient(self, error: Exception) -> bool: ...  # server down, database locked: worth waiting out
-    def _add(self, blobs: list[bytes], capacity: int) -> None: ...  # capacity: stored if none is; then evict
-    def _range(self) -> tuple[int, int, int]: ...  # oldest and newest stored id, sessions ever added
-    def _get(self, ids: list[int]) -> dict[int, bytes]: ...
-    def _delete(self, ids: list[int]) -> int: ...  # how many were there
-    def _set_meta(self, key: str, value: str | None, if_absent: bool) -> None: ...  # None: delete
-    def _get_meta(self, key: str) -> str | None: ...
-    def _incr_meta(self, key: str, n: int) -> int: ...
-    def _save_params(self, blob: bytes, version: Callable[[int | None], int | None]) -> int | None: ...
-    def _load_params(self) -> tuple[int, bytes] | None: ...
-    def _params_version(self) -> tuple[int, float] | None: ...
-    def _heartbeat(self, worker_id: str, info: str | None, ttl: float) -> None: ...  # None: forget the worker
-    def _workers(self) -> list[str]: ...
-    def _add_metrics(self, kind: str, records: list[str], limit: int) -> None: ...
-    def _metrics(self, kind: str, last: int) -> list[str]: ...
-    def _clear(self, what: set[str]) -> None: ...
-    def _namespaces(self) -> list[str]: ...
-
-
-def _differ(stored: list, mine: list) -> str:
-    """The first array whose name, dtype or shape differs between two layouts, in words."""
-    theirs, ours = {a[0]: a[1:] for a in stored}, {a[0]: a[1:] for a in mine}
-    for name in sorted(theirs.keys() | ours.keys()):
-        if theirs.get(name) != ours.get(name):
-            return f"{name}: stored {theirs.get(name) or 'none'}, this experiment records {ours.get(name) or 'none'}"
-    return "same arrays in another order"
+        self.layout = None

@@ -33,10 +33,11 @@ end
 redis.call('SET', KEYS[3], lo)
 """
 
-# KEYS: sessions, seq, lo. One script: an append racing a GET of seq went uncounted
+# KEYS: sessions, seq, lo, meta. One script: an append racing a GET of seq went uncounted
 CLEAR = """
 redis.call('UNLINK', KEYS[1])
 redis.call('SET', KEYS[3], tonumber(redis.call('GET', KEYS[2]) or '0') + 1)
+redis.call('HDEL', KEYS[4], 'layout')
 """
 
 
@@ -60,9 +61,7 @@ class RedisDatabase(Database):
         if isinstance(e, redis.AuthenticationError):  # a wrong password does not get better with time
             raise DatabaseError(f"Redis at {self.url} refused the password ({e}): check --password or the URL")
         if "SSL" in str(e):  # nor does a certificate that does not verify
-            fix = (
-                "pass the CA that signed the server's certificate with --tls-ca FILE (or ?ssl_ca_certs=FILE in the URL)"
-            )
+            fix = "pass the CA that signed the server's certificate: --tls-ca FILE (or ?ssl_ca_certs=FILE in the URL)"
             raise DatabaseError(f"TLS with Redis at {self.url} failed ({str(e).split('] ')[-1]}): {fix}")
         loading = isinstance(e, redis.ResponseError) and str(e).startswith("LOADING")
         return loading or isinstance(e, (redis.ConnectionError, redis.TimeoutError))
@@ -98,20 +97,17 @@ class RedisDatabase(Database):
 
         def write(p):  # WATCH/MULTI, retried if the params change in between (a Lua script would copy MBs)
             stored = p.hget(self.k["params"], "version")
-            if (new := version(None if stored is None else int(stored))) is not None:
+            if (new := version(int(stored or 0))) is not None:
                 p.multi()
                 p.hset(self.k["params"], mapping={"version": new, "time": time.time(), "data": blob})
             return new
 
         return self.r.transaction(write, self.k["params"], value_from_callable=True)
 
-    def _load_params(self):
-        version, data = self.reads.hmget(self.k["params"], ["version", "data"])
-        return None if data is None else (int(version), data)
-
-    def _params_version(self):
-        version, saved = self.r.hmget(self.k["params"], ["version", "time"])
-        return None if version is None else (int(version), float(saved))
+    def _params(self, data):
+        fields = ["version", "time", "data"] if data else ["version", "time"]
+        found = (self.reads if data else self.r).hmget(self.k["params"], fields)
+        return None if found[0] is None else (int(found[0]), float(found[1]), *found[2:])
 
     def _heartbeat(self, worker_id, info, ttl):
         if info is None:
@@ -132,8 +128,8 @@ class RedisDatabase(Database):
         return [v.decode() for v in self.r.lrange(f"{self.prefix}:metrics:{kind}", -last, -1)]
 
     def _clear(self, what):
-        if "sessions" in what:  # keep seq (sessions ever added); start the ring after it
-            self.scripts["clear"](keys=self.ring[:3])
+        if "sessions" in what:  # and their layout; keep seq (sessions ever added), start the ring after it
+            self.scripts["clear"](keys=self.ring)
         keys = [self.k["params"]] if "params" in what else []
         for name, pattern in (("workers", "worker:*"), ("metrics", "metrics:*")):
             if name in what:

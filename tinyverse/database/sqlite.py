@@ -96,15 +96,13 @@ class SQLiteDatabase(Database):
     def _save_params(self, blob, version):
         with self._write() as db:
             row = db.execute(f"SELECT version FROM {self.t['params']}").fetchone()
-            if (new := version(None if row is None else row[0])) is not None:
+            if (new := version(0 if row is None else row[0])) is not None:
                 db.execute(f"INSERT OR REPLACE INTO {self.t['params']} VALUES (1, ?, ?, ?)", (new, time.time(), blob))
             return new
 
-    def _load_params(self):
-        return self.conn.execute(f"SELECT version, data FROM {self.t['params']}").fetchone()
-
-    def _params_version(self):
-        return self.conn.execute(f"SELECT version, time FROM {self.t['params']}").fetchone()
+    def _params(self, data):
+        sql = f"SELECT version, time, {'data' if data else 'NULL'} FROM {self.t['params']}"
+        return self.conn.execute(sql).fetchone()
 
     def _heartbeat(self, worker_id, info, ttl):
         with self._write() as db:
@@ -131,6 +129,8 @@ class SQLiteDatabase(Database):
         with self._write() as db:
             for name in what - {"settings"}:
                 db.execute(f"DELETE FROM {self.t[name]}")
+            if "sessions" in what:  # and their layout
+                db.execute(f"DELETE FROM {self.t['meta']} WHERE key = 'layout'")
             if "settings" in what:  # stop requests stay: remote workers still stop
                 db.execute(f"DELETE FROM {self.t['meta']} WHERE key NOT LIKE 'stop:%'")
                 db.execute("DELETE FROM sqlite_sequence WHERE name = ?", (self.t["sessions"][1:-1],))
