@@ -93,7 +93,7 @@ def recorded(game: str, cache: Path = CACHE) -> tuple[list[bytes], bytes, int]:
     lo, hi = db.session_range()
     found = db._get(list(range(lo, hi + 1)))
     blobs = [found[i] for i in sorted(found)]
-    version, params = db._load_params()
+    version, _, params = db._params(True)
     T = len(decode(blobs[0])["rewards"])
     db.close()
     return blobs, params, T

@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 
+from .encoding import differences, layout
 from .errors import ParamsMismatch, command
 from .experiment import Arrays
 
@@ -15,15 +16,9 @@ log = logging.getLogger(__name__)
 
 def check_params(expected: Arrays, got: Arrays, where: str, fix: str | None = None) -> None:
     """Raise ParamsMismatch naming every array whose name, shape or dtype differs, and ``fix``."""
-    problems = [f"missing {k}" for k in expected.keys() - got.keys()]
-    problems += [f"unexpected {k}" for k in got.keys() - expected.keys()]
-    for k in expected.keys() & got.keys():
-        a, b = np.asarray(expected[k]), got[k]
-        if a.shape != b.shape or a.dtype != b.dtype:
-            problems.append(f"{k}: stored {b.dtype}{list(b.shape)}, model wants {a.dtype}{list(a.shape)}")
-    if problems:
+    if problems := differences(layout(expected), layout(got), "model wants"):
         fix = fix or f"use another --prefix, or delete them with: {command('clear --del-weights')}"
-        raise ParamsMismatch(f"params in {where} do not fit this experiment ({'; '.join(sorted(problems))}); {fix}")
+        raise ParamsMismatch(f"params in {where} do not fit this experiment ({'; '.join(problems)}); {fix}")
 
 
 def _load(exp, db) -> int | None:
