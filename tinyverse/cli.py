@@ -10,9 +10,8 @@ from . import __version__, errors
 from .database import connect, url_from
 from .errors import TinyverseError
 from .evaluation import evaluate
-from .loader import load_experiment
+from .loader import load_experiment, parse_set
 from .ops import export, launcher, monitor, stop
-from .options import parse_set
 from .player import play
 from .trainer import train
 

@@ -1,10 +1,14 @@
 """Loading a user's experiment file: its module, ``make_experiment(db[, args])`` and the options; one line a failure."""
 
+import argparse
 import dataclasses
 import importlib.util
+import inspect
 import logging
 import re
 import sys
+import types
+import typing
 from pathlib import Path
 
 from .errors import ExperimentError
@@ -15,6 +19,7 @@ log = logging.getLogger(__name__)
 # the extra of tinyverse that installs a package an experiment may import
 EXTRAS = {"torch": "examples", "ale_py": "atari", "Box2D": "box2d", "vizdoom": "doom", "safetensors": "export"}
 EXTRAS |= {"matplotlib": "plot", "imageio": "video"}
+BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 
 def load_experiment(path: str, db=None, options: dict[str, str] | None = None) -> Experiment:
@@ -22,7 +27,11 @@ def load_experiment(path: str, db=None, options: dict[str, str] | None = None) -
     factory = getattr(import_file(path), "make_experiment", None)
     if not callable(factory):
         raise ExperimentError(f"{path} defines no make_experiment(db); add one that returns a tinyverse.Experiment")
-    args, defaults = resolve(factory, path, db, options or {})
+    args, defaults = None, None
+    if (kind := dataclass_of(factory)) is not None:
+        args, defaults = resolve(kind, path, db, typed(kind, path, options or {}))
+    elif options:
+        raise ExperimentError(f"{path} takes no options: its make_experiment(db, args: Args) needs a dataclass")
     try:
         exp = factory(db) if args is None else factory(db, args)
     except Exception as e:
@@ -61,3 +70,41 @@ def import_file(path: str):
         problem = f"{path} failed to import: {type(e).__name__}: {e}"
     del sys.modules[name]
     raise ExperimentError(problem)
+
+
+def parse_set(text: str) -> tuple[str, str]:
+    """``NAME=VALUE`` from the command line (an argparse type)."""
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"want NAME=VALUE, got {text!r}")
+    name, value = text.split("=", 1)
+    return name.strip(), value
+
+
+def dataclass_of(factory) -> type | None:
+    """The options dataclass of ``make_experiment``'s second parameter (``Args`` or ``Args | None``), or None."""
+    names = list(inspect.signature(factory).parameters)
+    hint = typing.get_type_hints(factory).get(names[1]) if len(names) > 1 else None
+    kinds = typing.get_args(hint) or [hint]
+    return next((k for k in kinds if isinstance(k, type) and dataclasses.is_dataclass(k)), None)
+
+
+def typed(kind: type, path: str, given: dict[str, str]) -> dict:
+    """``--set`` texts as values of the options dataclass's fields (bool, int, float, str; "none" if optional)."""
+    fields, hints = [f.name for f in dataclasses.fields(kind)], typing.get_type_hints(kind)
+    if unknown := [key for key in given if key not in fields]:
+        raise ExperimentError(f"{path} has no option {unknown[0]!r}; its options: {', '.join(fields)}")
+    return {key: _parse(key, text, hints[key]) for key, text in given.items()}
+
+
+def _parse(key: str, text: str, hint):
+    """``text`` as the field's type: bool, int, float or str ("none" for an optional field)."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    kinds = [k for k in typing.get_args(hint) if k is not type(None)] if union else [hint]
+    if union and text.lower() == "none":
+        return None
+    if len(kinds) != 1 or kinds[0] not in (bool, int, float, str):
+        raise ExperimentError(f"option {key} has type {hint}: only bool, int, float and str options can be set")
+    try:
+        return BOOLS[text.lower()] if kinds[0] is bool else kinds[0](text)
+    except (KeyError, ValueError):
+        raise ExperimentError(f"option {key}={text!r}: not a {kinds[0].__name__}") from None

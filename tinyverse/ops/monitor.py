@@ -10,8 +10,7 @@ import numpy as np
 
 from ..database import Database, connect, masked
 from ..errors import TinyverseError, command
-from ..loader import import_file
-from ..options import dataclass_of
+from ..loader import dataclass_of, import_file
 
 
 def mode_info(args):
