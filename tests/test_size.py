@@ -9,8 +9,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "tinyverse"
 IDEA = ["experiment", "options", "player", "trainer", "params", "pace", "database/base", "encoding"]
 # ceilings that only come down: tinyverse/, the idea path, a module (two named exceptions), a function
-TOTAL, IDEA_TOTAL, MODULE, FUNCTION = 2600, 1100, 200, 50
-LONGER = {"cli": 215}  # the flag table
+TOTAL, IDEA_TOTAL, MODULE, FUNCTION = 2530, 900, 200, 50
+LONGER: dict[str, int] = {}  # no module is exempt any more
 
 
 def modules() -> dict[str, Path]:
@@ -66,4 +66,4 @@ if __name__ == "__main__":
         print(f"{m:24s} {lines(p):5d}  {name} ({n})" + ("  [idea path]" if m in IDEA else ""))
     total, idea = sum(map(lines, found.values())), sum(lines(found[m]) for m in IDEA)
     print(f"{'all of tinyverse/':24s} {total:5d}  (ceiling {TOTAL}; goal 2100)")
-    print(f"{'the idea path':24s} {idea:5d}  (ceiling {IDEA_TOTAL}; goal 900)")
+    print(f"{'the idea path':24s} {idea:5d}  (ceiling {IDEA_TOTAL}, the goal)")
