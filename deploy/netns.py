@@ -160,7 +160,7 @@ def fleet_rate(
         if server is not None:
             server.kill()
             server.wait()
-    from tinyverse.experiment import load_experiment
+    from tinyverse.loader import load_experiment
 
     T = load_experiment(experiment).session_length
     return (last - first) * T / (t1 - t0)
