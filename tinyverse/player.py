@@ -78,30 +78,30 @@ class Player:
 
     def record(self) -> None:
         """Play T ticks in every environment; store the B sessions and the episodes that ended."""
-        seen, memory = [self.obs.copy()], {f"memory.{k}": np.array(v) for k, v in self.memory.items()}
-        ticks, ended = [], []
-        for _ in range(self.exp.session_length):
+        B, T, memory = self.B, self.exp.session_length, {f"memory.{k}": np.array(v) for k, v in self.memory.items()}
+        obs = np.zeros((B, T + 1, *self.obs.shape[1:]), self.obs.dtype)
+        rec = {"observations": obs, "final_observations": np.zeros_like(obs[:, 1:]), "rewards": np.zeros((B, T), "f4")}
+        rec |= {"terminated": np.zeros((B, T), bool), "truncated": np.zeros((B, T), bool)}
+        obs[:, 0], acted, ended = self.obs, [], []  # acted: actions and outputs of each tick, stacked at the end
+        for t in range(T):
             actions, self.memory, *outputs = self.exp.act(self.obs, self.memory)
-            tick = {"final_observations": np.zeros_like(self.obs), "actions": np.asarray(actions)}
-            tick |= {"rewards": np.zeros(self.B, np.float32), "terminated": np.zeros(self.B, bool)}
-            tick |= {"truncated": np.zeros(self.B, bool), **_outputs(outputs, self.B)}
+            acted.append({"actions": np.asarray(actions), **_outputs(outputs, B)})
             for i, env in enumerate(self.envs):
-                o, r, terminated, truncated, _ = env.step(tick["actions"][i])
-                tick["rewards"][i], tick["terminated"][i], tick["truncated"][i] = r, terminated, truncated
+                o, r, terminated, truncated, _ = env.step(acted[-1]["actions"][i])
+                rec["rewards"][i, t], rec["terminated"][i, t], rec["truncated"][i, t] = r, terminated, truncated
                 self.returns[i], self.lengths[i] = self.returns[i] + r, self.lengths[i] + 1
                 if terminated or truncated:
-                    tick["final_observations"][i] = o
+                    rec["final_observations"][i, t] = o
                     ended.append({"return": float(self.returns[i]), "length": int(self.lengths[i])})
                     self.returns[i], self.lengths[i] = 0, 0
                     o, _ = env.reset()
                     for k, v in self.exp.initial_memory(1).items():
                         self.memory[k][i] = v[0]
                 self.obs[i] = o
-            seen.append(self.obs.copy())
-            ticks.append(tick)
+            obs[:, t + 1] = self.obs
+        rec |= {k: np.stack([a[k] for a in acted], 1) for k in acted[0]}
         info = {f"info.{k}": np.float64(v) for k, v in self.exp.session_info().items()}
         meta = {"version": np.int64(self.version or 0), "worker": self.tag, **info}
-        rec = {"observations": np.stack(seen, 1), **{k: np.stack([t[k] for t in ticks], 1) for k in ticks[0]}}
         sessions = [{k: v[i] for k, v in (rec | memory).items()} | meta for i in range(self.B)]
         self.db.add_sessions(sessions, self.exp.buffer_size)
         self.rounds += 1
