@@ -43,10 +43,12 @@ def evaluate(exp: Experiment, db: Database | None, episodes=10, record=None, see
     if record and getattr(env, "render_mode", None) != "rgb_array":
         log.warning("this environment does not render rgb_array frames: no video")
         record = None
+    fps = int(env.metadata.get("render_fps") or 30)
     try:
         for ep in range(episodes):
             obs, _ = env.reset(seed=None if seed is None else seed + ep)
-            memory, total, done, frames = exp.initial_memory(1), 0.0, False, [env.render()] if record else []
+            memory, total, done = exp.initial_memory(1), 0.0, False
+            frames = [env.render()] if record else []
             while not done:
                 actions, memory, *_ = exp.act(np.asarray(obs)[None], memory, greedy=True)
                 obs, reward, terminated, truncated, _ = env.step(np.asarray(actions)[0])
@@ -54,7 +56,6 @@ def evaluate(exp: Experiment, db: Database | None, episodes=10, record=None, see
                 frames += [env.render()] if record else []
             returns.append(total)
             path = Path(record or ".") / f"episode_{ep:03d}{'' if version is None else f'_v{version}'}.mp4"
-            fps = int(env.metadata.get("render_fps") or 30)
             video = f"  video {path}" if record and write_video(path, frames, fps) else ""
             say(f"episode {ep + 1}/{episodes}: return {total:.1f}{video}")
     except KeyboardInterrupt:

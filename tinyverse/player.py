@@ -78,11 +78,13 @@ class Player:
 
     def record(self) -> None:
         """Play T ticks in every environment; store the B sessions and the episodes that ended."""
-        B, T, memory = self.B, self.exp.session_length, {f"memory.{k}": np.array(v) for k, v in self.memory.items()}
+        B, T = self.B, self.exp.session_length
+        memory = {f"memory.{k}": np.array(v) for k, v in self.memory.items()}  # before tick 0
         obs = np.zeros((B, T + 1, *self.obs.shape[1:]), self.obs.dtype)
         rec = {"observations": obs, "final_observations": np.zeros_like(obs[:, 1:]), "rewards": np.zeros((B, T), "f4")}
         rec |= {"terminated": np.zeros((B, T), bool), "truncated": np.zeros((B, T), bool)}
-        obs[:, 0], acted, ended = self.obs, [], []  # acted: actions and outputs of each tick, stacked at the end
+        obs[:, 0] = self.obs
+        acted, ended = [], []  # act's actions and outputs of each tick, stacked at the end; the episodes that ended
         for t in range(T):
             actions, self.memory, *outputs = self.exp.act(self.obs, self.memory)
             acted.append({"actions": np.asarray(actions), **_outputs(outputs, B)})
