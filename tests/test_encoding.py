@@ -10,7 +10,7 @@ import zlib
 import numpy as np
 import pytest
 
-from tinyverse.encoding import COMPRESS_MIN_BYTES, MAGIC, decode, decode_batch, encode, layout
+from tinyverse.encoding import COMPRESS_MIN_BYTES, MAGIC, decode, decode_batch, differences, encode, layout
 from tinyverse.errors import RecordError
 
 NUMERIC = [
@@ -437,3 +437,14 @@ def test_decode_batch_keeps_only_the_expected_layout():
 
     batch, kept, errors = decode_batch(blobs, [["obs", "<f4", [7, 3]]])  # nothing of that layout
     assert (batch, kept) == ({}, []) and [i for i, _ in errors] == [2, 5]
+
+
+def test_differences_name_every_array_that_differs_and_nothing_else():
+    a = {"obs": np.zeros((8, 4), np.float32), "r": np.zeros(8, np.float32), "same": np.zeros(3, np.int64)}
+    b = {"obs": np.zeros((8, 6), np.float32), "a": np.zeros(8, np.int64), "same": np.zeros(3, np.int64)}
+    assert differences(layout(a), layout(b), "model wants") == [
+        "missing r",
+        "obs: stored float32[8, 6], model wants float32[8, 4]",
+        "unexpected a",
+    ]
+    assert differences(layout(a), layout(dict(reversed(list(a.items()))))) == [], "order is not a difference"
