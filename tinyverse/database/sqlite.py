@@ -41,7 +41,14 @@ class SQLiteDatabase(Database):
         """This thread's connection: in autocommit mode, so one statement is one transaction."""
         if getattr(self._local, "conn", None) is None:
             conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
+            for tries in range(3000, 0, -1):  # of processes making a new file WAL at once, all but one are refused
+                try:
+                    conn.execute("PRAGMA journal_mode=WAL")
+                    break
+                except sqlite3.OperationalError as e:
+                    if not self._is_transient(e) or tries == 1:
+                        raise
+                    time.sleep(0.01)  # at once, not made to wait as for a lock: try again, up to 30 s
             conn.execute("PRAGMA synchronous=NORMAL")
             self._local.conn = conn  # only once it works: a file that is not a database fails each time
         return self._local.conn
