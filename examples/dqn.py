@@ -144,11 +144,11 @@ class SumTree:
         return self.tree[np.asarray(leaves) + self.size]
 
     def set(self, leaves: np.ndarray, priorities: np.ndarray) -> None:
-        """Set leaves, then re-add their ancestors level by level (log N levels)."""
+        """Set leaves, then re-add their ancestors level by level (log N levels; a shared one twice, alike)."""
         idx = np.asarray(leaves, np.int64) + self.size
         self.tree[idx] = priorities
         while len(idx) and idx[0] > 1:
-            idx = np.unique(idx // 2)
+            idx = idx // 2
             self.tree[idx] = self.tree[2 * idx] + self.tree[2 * idx + 1]
 
     def find(self, values: np.ndarray) -> np.ndarray:

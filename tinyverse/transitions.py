@@ -31,21 +31,16 @@ def nstep_transitions(batch: dict[str, np.ndarray], n: int = 1, gamma: float = 0
     terminated = batch["terminated"].astype(bool)
     ended = terminated | batch["truncated"].astype(bool)
     B, T = rewards.shape
-    t = np.arange(T)
-    returns, discounts = np.zeros((B, T), np.float32), np.zeros((B, T), np.float32)
-    following, index = np.zeros_like(final), np.full((B, T), -1)
-    live = np.ones((B, T), bool)
-    for k in range(n):
-        i = np.minimum(t + k, T - 1)  # the tick summed at step k (clipped where the window left the session)
-        step = live & (t + k < T)
-        returns += np.where(step, np.float32(gamma**k) * rewards[:, i], 0)
-        stop = step & (ended[:, i] | (k == n - 1) | (t + k == T - 1))
-        discounts = np.where(stop, np.where(terminated[:, i], 0, gamma ** (k + 1)), discounts)
-        after = np.where(_expand(ended[:, i], obs), final[:, i], obs[:, i + 1])
-        following = np.where(_expand(stop, obs), after, following)
-        index = np.where(stop, np.where(ended[:, i], -1, i + 1), index)
-        live &= ~stop
-    return Transitions(obs[:, :T], batch["actions"], returns, following, discounts.astype(np.float32), index)
+    t, k = np.arange(T)[:, None], np.arange(n)
+    window = np.minimum(t + k, T - 1)  # (T, n): the tick summed at step k (clipped where it left the session)
+    m = (ended[:, window] | (k == n - 1) | (t + k >= T - 1)).argmax(-1)  # (B, T): steps before the first stop
+    powers = (gamma**k).astype(np.float32)
+    returns = (np.where(k <= m[..., None], rewards[:, window], 0) * powers).sum(-1, dtype=np.float32)
+    rows, last = np.arange(B)[:, None], t[:, 0] + m  # the last tick summed
+    cut = ended[rows, last]
+    discounts = np.where(terminated[rows, last], 0, gamma ** (m + 1)).astype(np.float32)
+    following = np.where(_expand(cut, obs), final[rows, last], obs[rows, last + 1])
+    return Transitions(obs[:, :T], batch["actions"], returns, following, discounts, np.where(cut, -1, last + 1))
 
 
 def _expand(mask: np.ndarray, like: np.ndarray) -> np.ndarray:
