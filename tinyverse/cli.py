@@ -180,11 +180,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
     try:
-        args = parse(argv)
+        args = parse(sys.argv[1:] if argv is None else argv)
         level = logging.WARNING if args.quiet else logging.DEBUG if args.verbose > 1 else logging.INFO
         logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s: %(message)s", datefmt="%H:%M:%S")
+        logging.getLogger("matplotlib").setLevel(logging.WARNING)  # not its "generated new fontManager" (plot)
         if getattr(args, "device", None):  # experiments read it; run's children inherit it
             os.environ["TINYVERSE_DEVICE"] = args.device
         MODES[args.mode](args)
