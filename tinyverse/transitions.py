@@ -33,7 +33,7 @@ def nstep_transitions(batch: dict[str, np.ndarray], n: int = 1, gamma: float = 0
     B, T = rewards.shape
     t, k = np.arange(T)[:, None], np.arange(n)
     window = np.minimum(t + k, T - 1)  # (T, n): the tick summed at step k (clipped where it left the session)
-    m = (ended[:, window] | (k == n - 1) | (t + k >= T - 1)).argmax(-1)  # (B, T): steps before the first stop
+    m = (ended[:, window] | (k == n - 1) | (t + k >= T - 1)).argmax(-1)  # (B, T): k of the first stop
     powers = (gamma**k).astype(np.float32)
     returns = (np.where(k <= m[..., None], rewards[:, window], 0) * powers).sum(-1, dtype=np.float32)
     rows, last = np.arange(B)[:, None], t[:, 0] + m  # the last tick summed
