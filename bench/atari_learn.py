@@ -8,6 +8,7 @@
     python bench/atari_learn.py --report bench/results/atari-learn-2cores.jsonl --plot pong.png
     python bench/atari_learn.py --profile                         # where a trainer update's time goes
     python bench/atari_learn.py --systems tinyverse --minutes 120 --set env_id=CarRacing-v3 --thresholds 0,300,600
+    python bench/atari_learn.py --systems random,tinyverse --minutes 30 --set env_id=ALE/Breakout-v5 --thresholds 5,10,20
 
 Both systems play Pong with the settings of ``PongNoFrameskip-v4`` (no sticky actions, 4 frames an
 agent step, up to 30 NOOPs at reset) and are judged alike: the mean return of the last 50 finished
@@ -22,6 +23,9 @@ or after ``--minutes``. Another game (``--set env_id=...``) takes its own ``--th
 - SB3: PPO with RL-Zoo's Atari hyperparameters (8 envs, 128 steps, 4 epochs, batch 256, lr 2.5e-4 and
   clip 0.1 both decayed linearly over 10M steps, ent 0.01, vf 0.5) on ``PongNoFrameskip-v4`` with
   SB3's Atari wrappers and 4 stacked frames, seed 0, in a subprocess with torch's default threads.
+
+- random: uniformly random actions in the same game (atari.py's environment and options) for
+  ``--random-episodes`` episodes in this process: the floor a learner has to clear.
 
 Rows go to ``--out`` (JSON lines): every episode as ``{"system", "minutes", "return"}`` (tinyverse's also
 with ``steps``, agent steps played by then) and one summary per run; tinyverse's summary adds the
@@ -74,7 +78,7 @@ def reached(episodes: list[tuple], x: int = 0) -> dict[str, float | None]:
 
 
 def last_mean(episodes: list[tuple]) -> float | None:
-    return float(np.mean([e[1] for e in episodes[-WINDOW:]])) if len(episodes) >= WINDOW else None
+    return float(np.mean([e[1] for e in episodes[-WINDOW:]])) if episodes else None
 
 
 def progress(system: str, start: float, episodes: list[tuple], shown: float) -> float:
@@ -157,6 +161,25 @@ def run_tinyverse(
                     shutil.copyfile(workdir / f"run.db{suffix}", f"{keep}{suffix}")
             print(f"kept the run's database in {keep}")
     return episodes, lag
+
+
+def run_random(options: list[str], n: int) -> list[tuple]:
+    """``n`` episodes of uniformly random actions in atari.py's game, with its options (``--set``)."""
+    from tinyverse.loader import load_experiment, parse_set
+
+    exp = load_experiment(str(ROOT / "examples" / "atari.py"), options=dict(parse_set(o) for o in options))
+    env, start, episodes = exp.make_env(), time.time(), []
+    for i in range(n):
+        env.reset(seed=i)
+        env.action_space.seed(i)
+        total, done = 0.0, False
+        while not done:
+            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            total, done = total + float(reward), terminated or truncated
+        episodes.append(((time.time() - start) / 60, total, None))
+        print(f"  random      episode {i + 1} of {n}: {total:g}", flush=True)
+    env.close()
+    return episodes
 
 
 def run_sb3(minutes: float) -> list[tuple]:
@@ -281,7 +304,7 @@ def report(rows: list[dict]) -> None:
     for i, r in enumerate(runs):  # against the SB3 run of the same label (one script run), else the nearest
         same = [b for _, b in sb3 if b.get("label") == r.get("label")]  # before it, else the first after it
         base = (same or [b for j, b in sb3 if j < i][-1:] or [b for _, b in sb3] or [None])[0]
-        if r["system"] != "sb3" and base:
+        if r["system"] == "tinyverse" and base:
             ratios = []
             for t in THRESHOLDS:
                 ours, theirs = r["minutes_to"][f"{t:g}"], base["minutes_to"][f"{t:g}"]
@@ -307,7 +330,9 @@ def plot(rows: list[dict], path: str, by_steps: bool = False, labels: list[str] 
         eps = [(r["steps"] if by_steps else r["minutes"], r["return"]) for r in rows
                if (r.get("kind"), r["system"], r.get("label", "")) == ("episode", *run) and (r.get("steps") or
                not by_steps)]  # fmt: skip
-        if len(eps) >= WINDOW:
+        if run[0] == "random" and eps:  # a few episodes: their mean, as a level
+            ax.axhline(np.mean([x for _, x in eps]), color="black", lw=1, ls="--", label=f"random play ({len(eps)})")
+        elif len(eps) >= WINDOW:
             t = [m for m, _ in eps][WINDOW - 1 :]
             mean = np.convolve([x for _, x in eps], np.ones(WINDOW) / WINDOW, "valid")
             name = " ".join(x for x in run if x)
@@ -328,7 +353,8 @@ def plot(rows: list[dict], path: str, by_steps: bool = False, labels: list[str] 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--systems", default="tinyverse,sb3", help="comma-separated: tinyverse, sb3")
+    parser.add_argument("--systems", default="tinyverse,sb3", help="comma-separated: tinyverse, sb3, random")
+    parser.add_argument("--random-episodes", type=int, default=10, help="episodes of the random system")
     parser.add_argument("--minutes", type=float, default=45.0, help="wall-time budget of each run")
     parser.add_argument("--players", type=int, default=1, help="tinyverse player processes")
     parser.add_argument("--play-batch", type=int, help="tinyverse environments per player (default: atari.py's)")
@@ -369,8 +395,11 @@ def main():
             extra |= {"play_batch": args.play_batch} if args.play_batch else {}
         elif system == "sb3":
             episodes = run_sb3(args.minutes)
+        elif system == "random":
+            episodes = run_random(args.set, args.random_episodes)
+            extra |= {"options": args.set}
         else:
-            parser.error(f"unknown system {system!r}: tinyverse or sb3")
+            parser.error(f"unknown system {system!r}: tinyverse, sb3 or random")
         rows = [{"kind": "episode", "system": system, "label": args.label, "minutes": round(m, 3), "return": r,
                  **({"steps": n} if n else {})} for m, r, n in episodes]  # fmt: skip
         rows.append(summary(system, episodes, args.minutes, extra))

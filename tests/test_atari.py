@@ -407,6 +407,18 @@ def test_the_reuse_bound_is_a_pace():
     assert (exp.learning_starts, exp.pace_slack) == (0, 32 * exp.session_length)
 
 
+def test_another_game_needs_no_option_but_its_id():
+    import atari
+
+    exp = atari.make_experiment(None, atari.Args(env_id="ALE/Boxing-v5"))  # all its 18 actions, the whole screen
+    env = exp.make_env()
+    assert (exp.args.actions, exp.args.crop, exp.args.size) == ("all", "0,210,0,160", 84)
+    assert env.action_space.n == 18 == exp.net.policy.out_features and env.observation_space.shape == (84, 84)
+    assert env.reset(seed=0)[0].shape == (84, 84)
+    pong = [atari.Args(env_id=i) for i in ("ALE/Pong-v5", "PongNoFrameskip-v4")]  # Pong keeps its own defaults
+    assert {(a.actions, a.crop, a.size) for a in pong} == {("NOOP,RIGHT,LEFT", "34,194,0,160", 80)}
+
+
 def test_the_game_and_its_actions_are_options():
     import atari
 
@@ -415,6 +427,8 @@ def test_the_game_and_its_actions_are_options():
     assert env.action_space.n == 4 and env.observation_space.shape == (42, 42)
     assert env.unwrapped.get_action_meanings()[:4] == ["NOOP", "FIRE", "RIGHT", "LEFT"]
     assert exp.net.policy.out_features == 4
+    env = atari.make_experiment(None, atari.Args(env_id="ALE/Breakout-v5", actions="2,3")).make_env()
+    assert env.get_wrapper_attr("ids").tolist() == [2, 3]  # ids work as names do
     with pytest.raises(AssertionError, match="not one of this game's actions"):
         atari.make_experiment(None, atari.Args(actions="NOOP,JUMP")).make_env()
 
