@@ -8,7 +8,7 @@
     python bench/atari_learn.py --report bench/results/atari-learn-2cores.jsonl --plot pong.png
     python bench/atari_learn.py --profile                         # where a trainer update's time goes
     python bench/atari_learn.py --systems tinyverse --minutes 120 --set env_id=CarRacing-v3 --thresholds 0,300,600
-    python bench/atari_learn.py --systems random,tinyverse --minutes 30 --set env_id=ALE/Breakout-v5 --thresholds 5,10,20
+    python bench/atari_learn.py --systems random,tinyverse --set env_id=ALE/Breakout-v5 --thresholds 5,10,20
 
 Both systems play Pong with the settings of ``PongNoFrameskip-v4`` (no sticky actions, 4 frames an
 agent step, up to 30 NOOPs at reset) and are judged alike: the mean return of the last 50 finished

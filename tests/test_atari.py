@@ -82,6 +82,13 @@ def test_downscale_averages_the_area_each_pixel_covers(size):
     assert np.abs(small - area_mean(full.astype(float), size)).max() <= 1  # float32 vs float64 rounding
 
 
+def test_the_whole_screen_downscales_to_84_by_its_area_weights():  # what any Atari game but Pong gets
+    small = played_frame(Preprocess(pong(obs_type="grayscale"), size=(84, 84)))
+    full = played_frame(pong(obs_type="grayscale")).astype(float)
+    assert small.shape == (84, 84) and full.shape == (210, 160)
+    assert np.abs(small - area_mean(full, (84, 84))).max() <= 1  # float32 vs float64 rounding
+
+
 def test_grayscale_input_is_only_cropped_and_resized():
     env = Preprocess(pong(obs_type="grayscale"), crop=PONG_FIELD, size=(80, 80))
     obs = played_frame(env)
