@@ -60,7 +60,9 @@ class Preprocess(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         # resampling, like cv2.INTER_AREA), in element-wise NumPy: a matrix product went through BLAS, whose
         # threads took 2-6 ms a frame on a busy 2-core machine, 10x the emulator's step (0.1 ms in one thread)
         self.block = (h // H, w // W) if h % H == 0 and w % W == 0 else None
-        self.rows, self.cols = _area_taps(H, h), _area_taps(W, w)
+        tail = (1,) * len(channels)  # the weights broadcast over a colour axis, shaped once here
+        self.rows = [(i, weight.reshape(-1, 1, *tail)) for i, weight in _area_taps(H, h)]
+        self.cols = [(i, weight.reshape(1, -1, *tail)) for i, weight in _area_taps(W, w)]
         self.observation_space = gym.spaces.Box(0, 255, (H, W, *channels), np.uint8)
 
     def observation(self, frame: np.ndarray) -> np.ndarray:
@@ -75,9 +77,9 @@ class Preprocess(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
             rows = sum(frame[i::fy] for i in range(fy))
             total = sum(rows[:, j::fx] for j in range(fx))
             return (total / (fy * fx) + 0.5).astype(np.uint8)
-        frame, tail = frame.astype(np.float32, copy=False), (1,) * (frame.ndim - 2)  # tail: the colour axis
-        out = sum(frame[index] * weight.reshape(-1, 1, *tail) for index, weight in self.rows)  # (H, w, ...)
-        out = sum(out[:, index] * weight.reshape(1, -1, *tail) for index, weight in self.cols)  # (H, W, ...)
+        frame = frame.astype(np.float32, copy=False)
+        out = sum(frame[index] * weight for index, weight in self.rows)  # (H, w, ...)
+        out = sum(out[:, index] * weight for index, weight in self.cols)  # (H, W, ...)
         return (out + 0.5).astype(np.uint8)
 
 
