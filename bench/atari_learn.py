@@ -30,8 +30,9 @@ or after ``--minutes``. Another game (``--set env_id=...``) takes its own ``--th
 Rows go to ``--out`` (JSON lines): every episode as ``{"system", "minutes", "return"}`` (tinyverse's also
 with ``steps``, agent steps played by then) and one summary per run; tinyverse's summary adds the
 trainer's mean ``policy_lag`` (params versions between acting and training), ``rho_mean`` and
-``rho_clipped`` (importance weights). Runs are sequential: the two systems must not share this
-machine's cores.
+``rho_clipped`` (importance weights), ``reuse`` (sessions trained on per session played: the pace's
+``max_reuse``) and ``player_share`` (each player's share of the episodes). Runs are sequential: the
+two systems must not share this machine's cores.
 
 The lag benchmark: ``--sync-every 20`` starts a trainer and players that look for new params only
 every 20 rounds (also while they wait for the trainer), so they act with params many updates old;
@@ -39,6 +40,7 @@ every 20 rounds (also while they wait for the trainer), so they act with params 
 """
 
 import argparse
+import collections
 import json
 import os
 import shutil
@@ -150,10 +152,7 @@ def run_tinyverse(
             except subprocess.TimeoutExpired:
                 p.kill()
         if db is not None:
-            train = db.metrics("train", 10**6)
-            for k in ("policy_lag", "rho_mean", "rho_clipped"):
-                if values := [m[k] for m in train if k in m]:
-                    lag[k] = round(float(np.mean(values)), 3)
+            lag = feeding(db)
             db.close()
         if keep:
             for suffix in ("", "-wal"):  # the workers have stopped: what a killed one left in its log too
@@ -161,6 +160,20 @@ def run_tinyverse(
                     shutil.copyfile(workdir / f"run.db{suffix}", f"{keep}{suffix}")
             print(f"kept the run's database in {keep}")
     return episodes, lag
+
+
+def feeding(db) -> dict:
+    """How the trainer was fed: its mean lag metrics; ``reuse``, the sessions it trained on per session played
+    (the pace's target: ``max_reuse``); ``player_share``, each player's share of the episodes played."""
+    train, out = db.metrics("train", 10**6), {}
+    for k in ("policy_lag", "rho_mean", "rho_clipped"):
+        if values := [m[k] for m in train if k in m]:
+            out[k] = round(float(np.mean(values)), 3)
+    if train and (added := db.count_sessions().added):
+        out["reuse"] = round(db.counter("updates") * train[-1]["batch"] / added, 3)
+    players = collections.Counter(m["worker"] for m in db.metrics("episodes", 10**6))
+    out["player_share"] = sorted((round(n / players.total(), 3) for n in players.values()), reverse=True)
+    return out
 
 
 def run_random(options: list[str], n: int) -> list[tuple]:
@@ -298,7 +311,9 @@ def report(rows: list[dict]) -> None:
         print(f"{label:<34}{cells}{final:>11}{r['episodes']:>10}")
         if "steps_to" in r:
             steps = ", ".join(f"{t:g}: {r['steps_to'][f'{t:g}'] or '-'}" for t in THRESHOLDS)
-            lag = ", ".join(f"{k} {r[k]}" for k in ("policy_lag", "rho_mean", "rho_clipped") if k in r)
+            lag = ", ".join(
+                f"{k} {r[k]}" for k in ("policy_lag", "rho_mean", "rho_clipped", "reuse", "player_share") if k in r
+            )
             print(f"{'':<4}agent steps to {steps} (of {r['steps']:,}); sync every {r.get('sync_every', 1)}; {lag}")
     sb3 = [(i, b) for i, b in enumerate(runs) if b["system"] == "sb3"]
     for i, r in enumerate(runs):  # against the SB3 run of the same label (one script run), else the nearest
