@@ -65,29 +65,43 @@ def loss(logp_all, logp, recorded, values, next_values, rewards, ended, a, skip:
     of the loss (a burn-in).
     """
     T = logp.shape[1]
-    with torch.no_grad():
-        target = logp.detach()
-        ratios = (target - recorded).exp()  # what V-trace weighs ticks by (measured when it is off too)
-        behaviour = recorded if a.vtrace else target  # off: as if the data were on-policy (plain A2C)
-        vs, qs = vtrace(
-            behaviour, target, rewards, values[:, :T], next_values, ended, a.gamma, a.rho_bar, a.c_bar, a.lam
-        )
-        advantages = (qs - values[:, :T])[:, skip:]
-        if a.normalize_advantages:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    vs, advantages, ratios, metrics = targets(logp, recorded, values, next_values, rewards, ended, a)
+    kept = (x[:, skip:] for x in (logp_all, logp, recorded, values[:, :T], vs, advantages))
+    total, more = surrogate(*kept, a)
+    return total, metrics | more, ratios
+
+
+@torch.no_grad()
+def targets(logp, recorded, values, next_values, rewards, ended, a):
+    """V-trace's value targets ``vs`` and advantages for (B, T) ticks (as :func:`loss` takes them), the
+    ratios of the trainer's policy to the players', and the ratios' metrics."""
+    T = logp.shape[1]
+    target = logp.detach()
+    ratios = (target - recorded).exp()  # what V-trace weighs ticks by (measured when it is off too)
+    behaviour = recorded if a.vtrace else target  # off: as if the data were on-policy (plain A2C)
+    values = values[:, :T].detach()
+    vs, qs = vtrace(behaviour, target, rewards, values, next_values, ended, a.gamma, a.rho_bar, a.c_bar, a.lam)
+    metrics = {"rho_mean": ratios.mean().item(), "rho_clipped": (ratios > a.rho_bar).float().mean().item()}
+    return vs, qs - values, ratios, metrics
+
+
+def surrogate(logp_all, logp, recorded, values, vs, advantages, a):
+    """The loss on ticks of any shape (a session's, or a minibatch drawn across sessions) given their value
+    targets and advantages (:func:`targets`), and its metrics: the policy's, the value's and the entropy's."""
+    if a.normalize_advantages:  # over these ticks, as PPO does per minibatch
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
     if a.clip:  # PPO's clipped surrogate on the ratio to the behaviour policy (APPO)
-        ratio = (logp - recorded).exp()[:, skip:]
+        ratio = (logp - recorded).exp()
         pg_loss = -torch.min(ratio * advantages, ratio.clamp(1 - a.clip, 1 + a.clip) * advantages).mean()
     else:  # IMPALA: the clipped importance weight times the advantage
-        rho = (target - behaviour).exp().clamp(max=a.rho_bar)[:, skip:]
-        pg_loss = -(logp[:, skip:] * rho * advantages).mean()
-    value_loss = 0.5 * ((vs - values[:, :T]) ** 2)[:, skip:].mean()
-    entropy = -(logp_all.exp() * logp_all).sum(-1)[:, skip:].mean()
+        behaviour = recorded if a.vtrace else logp.detach()
+        rho = (logp.detach() - behaviour).exp().clamp(max=a.rho_bar)
+        pg_loss = -(logp * rho * advantages).mean()
+    value_loss = 0.5 * ((vs - values) ** 2).mean()
+    entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
     total = pg_loss + a.vf_coef * value_loss - a.ent_coef * entropy
     metrics = {"loss": total.item(), "pg_loss": pg_loss.item(), "value_loss": value_loss.item()}
-    metrics |= {"entropy": entropy.item(), "value": values.mean().item(), "rho_mean": ratios.mean().item()}
-    metrics["rho_clipped"] = (ratios > a.rho_bar).float().mean().item()
-    return total, metrics, ratios
+    return total, metrics | {"entropy": entropy.item(), "value": values.mean().item()}
 
 
 def sample_recent(db, batch_size: int, recent: int) -> dict:
@@ -104,12 +118,13 @@ def sample_recent(db, batch_size: int, recent: int) -> dict:
     return batch
 
 
-def declare_pace(exp, a) -> None:
-    """Session length, minibatch and the pace from the options: each recorded tick is trained on
-    ``max_reuse`` times on average, and players never run further ahead than what is sampled."""
+def declare_pace(exp, a, minibatches: int = 1, epochs: int = 1) -> None:
+    """Session length, batch and the pace from the options: each recorded tick is trained on ``max_reuse``
+    times on average, and players never run further ahead than what is sampled. An update samples
+    ``minibatches`` x ``batch_ticks`` ticks and steps ``epochs`` x ``minibatches`` times on them."""
     exp.session_length = a.session_length
-    exp.train_batch_size = max(1, round(a.batch_ticks / a.session_length))
-    exp.updates_per_step = a.max_reuse / (exp.train_batch_size * exp.session_length)
+    exp.train_batch_size = max(1, round(minibatches * a.batch_ticks / a.session_length))
+    exp.updates_per_step = a.max_reuse / (epochs * exp.train_batch_size * exp.session_length)
     exp.pace_slack = a.recent_sessions * exp.session_length // 2
 
 
