@@ -201,7 +201,7 @@ def run_sb3(minutes: float) -> list[tuple]:
     with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as proc:
         for line in proc.stdout:
             row = json.loads(line)
-            episodes.append(((row["time"] - start) / 60, row["return"], None))
+            episodes.append(((row["time"] - start) / 60, row["return"], row["steps"]))
             shown = progress("sb3", start, episodes, shown)
     if proc.returncode:
         raise SystemExit(f"the SB3 run failed (exit {proc.returncode}): see its error above; nothing was recorded")
@@ -225,7 +225,8 @@ def sb3_worker(minutes: float) -> None:
             for info in self.locals["infos"]:
                 if "episode" in info:
                     returns.append(info["episode"]["r"])
-                    print(json.dumps({"time": time.time(), "return": float(info["episode"]["r"])}), flush=True)
+                    row = {"time": time.time(), "return": float(info["episode"]["r"]), "steps": self.num_timesteps}
+                    print(json.dumps(row), flush=True)
             solved = len(returns) >= WINDOW and np.mean(returns[-WINDOW:]) >= THRESHOLDS[-1]
             return time.time() < deadline and not solved
 
