@@ -3,6 +3,7 @@
     python bench/scaling.py                                      # LunarLander-v3 DQN: players 1,2 x trainers 1,2
     python bench/scaling.py --players 1,2,4,8 --trainers 1,2,4 --seeds 0,1,2 --json rows.jsonl
     python bench/scaling.py --env CartPole-v1 --players 1 --trainers 1,2,4,8 --budget-s 60 --no-stop
+    python bench/scaling.py --players 1,2,4,8 --trainers 1,2,4 --budget-s 15 --throughput  # rates only
     python bench/scaling.py --env pong --players 1,2 --minutes 45  # the pixel agent, to -15
     python bench/scaling.py --report bench/results/scaling-2cores.jsonl
 
@@ -47,7 +48,8 @@ def run(env: str, seed: int, players: int, trainers: int, args) -> dict:
         row = run_pong(players, trainers, args.minutes)
     else:
         extra = [tuple(o.split("=", 1)) for o in args.set]
-        row = dqn.run_tinyverse(env, seed, args.budget_s, players, "all", not args.no_stop, None, extra, trainers)
+        stop, every = (False, 10**12) if args.throughput else (not args.no_stop, None)
+        row = dqn.run_tinyverse(env, seed, args.budget_s, players, "all", stop, None, extra, trainers, eval_every=every)
         row.pop("evals", None)
     return {**row, "env": env, "seed": seed, "players": players, "trainers": trainers, "commit": args.commit}
 
@@ -76,9 +78,10 @@ def show(rows: list[dict]) -> None:
                 continue
             (s2, u2), (s1, u1) = rates(r), rates(base)
             t1, t2 = base.get("solved_s"), r.get("solved_s")
+            steps = f"{s2 / (2 * s1):.2f}" if s1 else "-"
             updates = f"{u2 / (2 * u1):.2f}" if u1 else "-"
             to = f"{t1 / (2 * t2):.2f}" if t1 and t2 else "-"
-            lines.append(f"  {env} seed {seed}, {what} {n // 2} -> {n}: steps/s {s2 / (2 * s1):.2f}, "
+            lines.append(f"  {env} seed {seed}, {what} {n // 2} -> {n}: steps/s {steps}, "
                          f"updates/s {updates}, time to target {to}")  # fmt: skip
     if lines:
         print("efficiency per doubling (1.0 perfect, 0.5 nothing gained):")
@@ -94,6 +97,7 @@ def main():
     p.add_argument("--budget-s", type=float, default=900.0, help="training time of each DQN run, seconds")
     p.add_argument("--minutes", type=float, default=45.0, help="wall time of each Pong run, minutes")
     p.add_argument("--no-stop", action="store_true", help="run the whole budget even once solved (DQN)")
+    p.add_argument("--throughput", action="store_true", help="rates only: the whole budget, one eval at the end (DQN)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="options of the example")
     p.add_argument("--json", help="append each row to this JSON-lines file")
     p.add_argument("--report", help="print the tables of a JSON-lines file instead of running")
