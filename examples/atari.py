@@ -94,6 +94,8 @@ class Args:
     """passes over an update's minibatches, its targets fixed (PPO's epochs; max_reuse counts each pass)"""
     trainer_threads: int = 1
     """torch threads of a trainer on the CPU (players keep 1; on 2 cores 2 gained 4% with max_reuse 4, 16% with 8)"""
+    bfloat16: bool = False
+    """the trainer's convolutions and matrix products in bfloat16 (autocast; losses and params stay float32)"""
 
     def __post_init__(self):
         """Fill the options left unset from the game's defaults: the stored options are complete."""
@@ -232,6 +234,12 @@ class Atari(tinyverse.Experiment):
     def sample(self, db, batch_size):
         return sample_recent(db, batch_size, self.args.recent_sessions)
 
+    def trained(self, windows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The net's logits and values on the trainer, in float32 (computed in bfloat16 where that is on)."""
+        with torch.autocast(self.device.type, torch.bfloat16, enabled=self.args.bfloat16):
+            logits, values = self.net(windows)
+        return logits.float(), values.float()
+
     def windows(self, batch) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
         """Every tick's window (B, T+1, K, H, W) uint8 on the device, the frame sequence they index, and
         where each tick's final window lies in it (``wrappers.window_indices``)."""
@@ -251,7 +259,7 @@ class Atari(tinyverse.Experiment):
         windows, seq, final_idx = self.windows(batch)
         once = a.minibatches == a.epochs == 1  # one step on the whole batch: its forward trains too
         with torch.set_grad_enabled(once):
-            logits, values = self.net(windows.flatten(0, 1))
+            logits, values = self.trained(windows.flatten(0, 1))
         logits, values = logits.view(B, T + 1, -1)[:, :T], values.view(B, T + 1)
         logp_all = logits.log_softmax(-1)
         actions = torch.from_numpy(batch["actions"]).to(d).long()
@@ -262,7 +270,7 @@ class Atari(tinyverse.Experiment):
             b, t = np.nonzero(truncated & ~terminated)
             if len(b):  # ...so a truncated episode bootstraps from its own final window
                 final = seq[torch.from_numpy(b).to(d)[:, None], torch.from_numpy(final_idx[b, t]).to(d)]
-                next_values[torch.from_numpy(b).to(d), torch.from_numpy(t).to(d)] = self.net(final)[1]
+                next_values[torch.from_numpy(b).to(d), torch.from_numpy(t).to(d)] = self.trained(final)[1]
             next_values[torch.from_numpy(terminated).to(d)] = 0.0  # and a terminated one does not
             rewards = torch.from_numpy(batch["rewards"]).to(d)
             rewards = rewards.sign() if a.clip_rewards else rewards * a.reward_scale
@@ -278,7 +286,7 @@ class Atari(tinyverse.Experiment):
         steps = []
         for chosen in order.chunk(a.epochs * a.minibatches):
             w, act, rec, v_target, adv = (x[chosen] for x in ticks)
-            logits, v = self.net(w)
+            logits, v = self.trained(w)
             logp_all = logits.log_softmax(-1)
             logp = logp_all.gather(-1, act[:, None])[:, 0]
             steps.append(self.optimize(surrogate(logp_all, logp, rec, v, v_target, adv, a)))
