@@ -446,7 +446,7 @@ def test_bfloat16_trains_what_float32_does(tmp_path):
         assert all(v.dtype == np.float32 for v in after.values())
         steps[bf16] = metrics, np.concatenate([(after[k] - before[k]).ravel() for k in before])
     (m32, d32), (m16, d16) = steps[False], steps[True]
-    for key in ("loss", "pg_loss", "value_loss", "entropy", "value", "grad_norm"):
+    for key in ("loss", "value_loss", "entropy", "value", "grad_norm"):  # not pg_loss: ~0 (normalized advantages)
         assert m16[key] == pytest.approx(m32[key], rel=0.05), key
     assert np.dot(d16, d32) / (np.linalg.norm(d16) * np.linalg.norm(d32)) > 0.99
     db.close()
