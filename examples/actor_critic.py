@@ -86,9 +86,9 @@ def targets(logp, recorded, values, next_values, rewards, ended, a):
 
 
 def surrogate(logp_all, logp, recorded, values, vs, advantages, a):
-    """The loss on ticks of any shape (a session's, or a minibatch drawn across sessions) given their value
-    targets and advantages (:func:`targets`), and its metrics: the policy's, the value's and the entropy's."""
-    if a.normalize_advantages:  # over these ticks, as PPO does per minibatch
+    """The loss on ticks of any shape given their value targets and advantages (:func:`targets`), and its
+    metrics: the policy's, the value's and the entropy's."""
+    if a.normalize_advantages:  # over these ticks (PPO: over each minibatch)
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
     if a.clip:  # PPO's clipped surrogate on the ratio to the behaviour policy (APPO)
         ratio = (logp - recorded).exp()
@@ -118,13 +118,12 @@ def sample_recent(db, batch_size: int, recent: int) -> dict:
     return batch
 
 
-def declare_pace(exp, a, minibatches: int = 1, epochs: int = 1) -> None:
+def declare_pace(exp, a) -> None:
     """Session length, batch and the pace from the options: each recorded tick is trained on ``max_reuse``
-    times on average, and players never run further ahead than what is sampled. An update samples
-    ``minibatches`` x ``batch_ticks`` ticks and steps ``epochs`` x ``minibatches`` times on them."""
+    times on average, and players never run further ahead than what is sampled."""
     exp.session_length = a.session_length
-    exp.train_batch_size = max(1, round(minibatches * a.batch_ticks / a.session_length))
-    exp.updates_per_step = a.max_reuse / (epochs * exp.train_batch_size * exp.session_length)
+    exp.train_batch_size = max(1, round(a.batch_ticks / a.session_length))
+    exp.updates_per_step = a.max_reuse / (exp.train_batch_size * exp.session_length)
     exp.pace_slack = a.recent_sessions * exp.session_length // 2
 
 

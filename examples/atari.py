@@ -24,7 +24,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
-from actor_critic import declare_pace, prepare, sample_recent, surrogate, targets, vtrace  # noqa: F401  (vtrace: tests)
+from actor_critic import declare_pace, loss, prepare, sample_recent, surrogate, vtrace  # noqa: F401  (tests)
 from common import layer_init
 from wrappers import ActionSubset, FrameMemory, NoopReset, Preprocess, window_indices
 
@@ -87,11 +87,6 @@ class Args:
     """the trainer samples among the newest sessions only"""
     max_reuse: float = 4.0
     """the pace: each recorded tick is trained on this many times on average"""
-    minibatches: int = 1
-    """> 1: an update samples this many x batch_ticks ticks, computes their targets once, then steps on
-    minibatches of batch_ticks ticks drawn across its sessions (PPO's minibatches)"""
-    epochs: int = 1
-    """passes over an update's minibatches, its targets fixed (PPO's epochs; max_reuse counts each pass)"""
     trainer_threads: int = 1
     """torch threads of a trainer on the CPU (players keep 1; on 2 cores 2 gained 4% with max_reuse 4, 16% with 8)"""
     bfloat16: bool = False
@@ -180,8 +175,7 @@ class Atari(tinyverse.Experiment):
         self.net = ActorCritic(a.net, a.window, a.size, int(env.action_space.n))
         env.close()
         self.device = torch.device("cpu")  # players act on the CPU; prepare_training picks the trainer's
-        declare_pace(self, a, a.minibatches, a.epochs)
-        self.save_every = max(1, self.save_every // (a.minibatches * a.epochs))  # ~10 steps between publications
+        declare_pace(self, a)
 
     def make_env(self, render_mode=None):
         a = self.args
@@ -257,9 +251,7 @@ class Atari(tinyverse.Experiment):
         B, T = batch["rewards"].shape
         terminated, truncated = batch["terminated"], batch["truncated"]
         windows, seq, final_idx = self.windows(batch)
-        once = a.minibatches == a.epochs == 1  # one step on the whole batch: its forward trains too
-        with torch.set_grad_enabled(once):
-            logits, values = self.trained(windows.flatten(0, 1))
+        logits, values = self.trained(windows.flatten(0, 1))
         logits, values = logits.view(B, T + 1, -1)[:, :T], values.view(B, T + 1)
         logp_all = logits.log_softmax(-1)
         actions = torch.from_numpy(batch["actions"]).to(d).long()
@@ -276,25 +268,8 @@ class Atari(tinyverse.Experiment):
             rewards = rewards.sign() if a.clip_rewards else rewards * a.reward_scale
             ended = torch.from_numpy(terminated | truncated).to(d)
         recorded = torch.from_numpy(batch["outputs.logp"]).to(d)
-        vs, advantages, _, metrics = targets(logp, recorded, values, next_values, rewards, ended, a)
+        total, metrics, _ = loss(logp_all, logp, recorded, values, next_values, rewards, ended, a)
         metrics["policy_lag"] = float(batch["policy_lag"].mean()) if "policy_lag" in batch else 0.0
-        if once:
-            return metrics | self.optimize(surrogate(logp_all, logp, recorded, values[:, :T], vs, advantages, a))
-        # PPO's way: minibatches of ticks drawn across the sessions, each pass in a new order, targets fixed
-        ticks = [x.flatten(0, 1) for x in (windows[:, :T], actions, recorded, vs, advantages)]
-        order = torch.cat([torch.randperm(B * T, device=d) for _ in range(a.epochs)])  # each pass in a new order
-        steps = []
-        for chosen in order.chunk(a.epochs * a.minibatches):
-            w, act, rec, v_target, adv = (x[chosen] for x in ticks)
-            logits, v = self.trained(w)
-            logp_all = logits.log_softmax(-1)
-            logp = logp_all.gather(-1, act[:, None])[:, 0]
-            steps.append(self.optimize(surrogate(logp_all, logp, rec, v, v_target, adv, a)))
-        return metrics | {k: float(np.mean([step[k] for step in steps])) for k in steps[0]}
-
-    def optimize(self, loss_and_metrics) -> dict:
-        """One optimizer step on a loss (clipped gradients); its metrics and the gradient's norm."""
-        total, metrics = loss_and_metrics
         self.optimizer.zero_grad()
         total.backward()
         grad_norm = nn.utils.clip_grad_norm_(self.net.parameters(), self.args.max_grad_norm)

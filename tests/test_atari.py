@@ -461,33 +461,6 @@ def test_the_reuse_bound_is_a_pace():
     assert (exp.learning_starts, exp.pace_slack) == (0, 32 * exp.session_length)
 
 
-def test_minibatches_and_epochs_step_on_every_tick_once_a_pass(tmp_path):
-    """minibatches 2, epochs 3: one forward for the targets, then 6 steps of batch_ticks ticks drawn across the
-    sessions, each tick in one minibatch of each pass; the pace counts each pass as a use of every tick."""
-    import atari
-
-    args = atari.Args(max_episode_steps=9, batch_ticks=50, minibatches=2, epochs=3, max_reuse=6.0)
-    db = connect(f"sqlite:///{tmp_path / 'm.db'}", "m")
-    exp = atari.make_experiment(db, args)
-    assert exp.train_batch_size == 4 and exp.updates_per_step == pytest.approx(6.0 / (3 * 4 * 25))
-    assert exp.save_every == 10 // 6
-    play(exp, db, batch_size=2, sessions=2, seed=0)
-    exp.prepare_training()
-    batch = db.get_batch([1, 2, 3, 4])
-    seen = []  # (grad enabled, input windows) of every forward
-    exp.net.register_forward_hook(lambda m, inputs, out: seen.append((torch.is_grad_enabled(), inputs[0].clone())))
-    metrics = exp.train_step(batch)
-    assert all(np.isfinite(v) for v in metrics.values()) and metrics["rho_mean"] == pytest.approx(1.0, abs=1e-4)
-    assert exp.optimizer.state[next(exp.net.parameters())]["step"] == 6
-    steps = [w for grad, w in seen if grad]
-    assert [len(w) for w in steps] == [50] * 6 and not any(grad for grad, w in seen[: len(seen) - 6])
-    ticks = exp.windows(batch)[0][:, :25].flatten(0, 1)
-    key = lambda w: w.numpy().tobytes()  # noqa: E731
-    for one_pass in (steps[0:2], steps[2:4], steps[4:6]):
-        assert sorted(map(key, torch.cat(one_pass))) == sorted(map(key, ticks))
-    db.close()
-
-
 def test_another_game_needs_no_option_but_its_id():
     import atari
 
