@@ -128,20 +128,18 @@ def run_tinyverse(
     db, episodes, shown, lag = None, [], 0.0, {}
     try:
         while all(p.poll() is None for p in procs) and time.time() - start < minutes * 60:
-            try:
-                time.sleep(10)
-            except KeyboardInterrupt:  # Ctrl-C: stop the run, and keep its rows
-                print("interrupted: stopping the run; its episodes so far are recorded", flush=True)
-                break
+            time.sleep(10)
             db = db or (connect(url, experiment.stem) if (workdir / "run.db").exists() else None)
             if db is None:
                 continue
-            episodes = [((m["time"] - start) / 60, m["return"], m["steps"]) for m in db.metrics("episodes", 10**6)]
-            episodes.sort()
+            found = [((m["time"] - start) / 60, m["return"], m["steps"]) for m in db.metrics("episodes", 10**6)]
+            episodes = sorted(found)
             shown = progress("tinyverse", start, episodes, shown)
             returns = [e[1] for e in episodes]
             if len(returns) >= WINDOW and np.convolve(returns, np.ones(WINDOW) / WINDOW, "valid").max() >= stop_at:
                 break
+    except KeyboardInterrupt:  # Ctrl-C, or kill (SIGTERM; a background job ignores SIGINT): keep the rows
+        print("interrupted: stopping the run; its episodes so far are recorded", flush=True)
     finally:
         for p in procs:
             if p.poll() is None:
@@ -162,15 +160,25 @@ def run_tinyverse(
     return episodes, lag
 
 
+FED = ("policy_lag", "rho_mean", "rho_clipped", "reuse", "updates_per_s", "steps_per_s", "player_share")
+
+
 def feeding(db) -> dict:
     """How the trainer was fed: its mean lag metrics; ``reuse``, the sessions it trained on per session played
-    (the pace's target: ``max_reuse``); ``player_share``, each player's share of the episodes played."""
+    (the pace's target: ``max_reuse``); ``updates_per_s`` and ``steps_per_s``, the trainer's and the players'
+    rates after the first 30 s (start-up left out); ``player_share``, each player's share of the episodes played."""
     train, out = db.metrics("train", 10**6), {}
     for k in ("policy_lag", "rho_mean", "rho_clipped"):
         if values := [m[k] for m in train if k in m]:
             out[k] = round(float(np.mean(values)), 3)
     if train and (added := db.count_sessions().added):
         out["reuse"] = round(db.counter("updates") * train[-1]["batch"] / added, 3)
+    if len(late := [m for m in train if m["time"] >= train[0]["time"] + 30]) > 1:
+        (a, b), s = (late[0], late[-1]), late[-1]["time"] - late[0]["time"]
+        out |= {
+            "updates_per_s": round((b["updates"] - a["updates"]) / s, 2),
+            "steps_per_s": round((b["steps"] - a["steps"]) / s),
+        }
     players = collections.Counter(m["worker"] for m in db.metrics("episodes", 10**6))
     out["player_share"] = sorted((round(n / players.total(), 3) for n in players.values()), reverse=True)
     return out
@@ -312,9 +320,7 @@ def report(rows: list[dict]) -> None:
         print(f"{label:<34}{cells}{final:>11}{r['episodes']:>10}")
         if "steps_to" in r:
             steps = ", ".join(f"{t:g}: {r['steps_to'][f'{t:g}'] or '-'}" for t in THRESHOLDS)
-            lag = ", ".join(
-                f"{k} {r[k]}" for k in ("policy_lag", "rho_mean", "rho_clipped", "reuse", "player_share") if k in r
-            )
+            lag = ", ".join(f"{k} {r[k]}" for k in FED if k in r)
             print(f"{'':<4}agent steps to {steps} (of {r['steps']:,}); sync every {r.get('sync_every', 1)}; {lag}")
     sb3 = [(i, b) for i, b in enumerate(runs) if b["system"] == "sb3"]
     for i, r in enumerate(runs):  # against the SB3 run of the same label (one script run), else the nearest
@@ -367,7 +373,13 @@ def plot(rows: list[dict], path: str, by_steps: bool = False, labels: list[str] 
     print(f"wrote {path}")
 
 
+def interrupt(*_) -> None:
+    raise KeyboardInterrupt
+
+
 def main():
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job starts with SIGINT ignored
+    signal.signal(signal.SIGTERM, interrupt)  # kill PID stops a run as Ctrl-C does: its rows are kept
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--systems", default="tinyverse,sb3", help="comma-separated: tinyverse, sb3, random")
     parser.add_argument("--random-episodes", type=int, default=10, help="episodes of the random system")
