@@ -8,6 +8,10 @@
 # 1,2,4, trainers on the CPU), OUTDIR/pong-12players.jsonl (bench/atari_learn.py, the defaults, 12 players of
 # 8 games), their printed output, the host's facts and the GPU's utilization every 5 s of the Pong run.
 # Print the tables again with `--report` of either script.
+# A host without the project's packages (a GPU box with its own Python and torch): download the wheels of
+# gymnasium, farama-notifications, ale-py, Box2D and redis for its Python elsewhere (pip download --no-deps
+# --python-version X.Y --platform manylinux...), then there: pip install --no-index --no-deps --target DIR
+# WHEELS/*.whl && PYTHONPATH=DIR:$PWD bash bench/big_host.sh OUT.
 set -u
 out=${1:?usage: bash bench/big_host.sh OUTDIR [PONG_MINUTES] [SCALING_BUDGET_S]}
 minutes=${2:-10}
