@@ -174,11 +174,9 @@ def feeding(db) -> dict:
     if train and (added := db.count_sessions().added):
         out["reuse"] = round(db.counter("updates") * train[-1]["batch"] / added, 3)
     if len(late := [m for m in train if m["time"] >= train[0]["time"] + 30]) > 1:
-        (a, b), s = (late[0], late[-1]), late[-1]["time"] - late[0]["time"]
-        out |= {
-            "updates_per_s": round((b["updates"] - a["updates"]) / s, 2),
-            "steps_per_s": round((b["steps"] - a["steps"]) / s),
-        }
+        first, last = late[0], late[-1]
+        rate = {k: (last[k] - first[k]) / (last["time"] - first["time"]) for k in ("updates", "steps")}
+        out |= {"updates_per_s": round(rate["updates"], 2), "steps_per_s": round(rate["steps"])}
     players = collections.Counter(m["worker"] for m in db.metrics("episodes", 10**6))
     out["player_share"] = sorted((round(n / players.total(), 3) for n in players.values()), reverse=True)
     return out
