@@ -3,6 +3,7 @@
     python bench/cartpole.py                          # 3 seeds, 180 s budget each run
     python bench/cartpole.py --seeds 0 --budget-s 120
     python bench/cartpole.py --set updates_per_step=0.5    # options of cartpole_dqn.py (play and train)
+    python bench/cartpole.py --lockstep --seeds 0-19 --set hidden=128   # env steps to solve, no clock
 
 Solved means: the first 20-episode greedy eval with mean return >= 475. Each run ends when solved
 or when its training clock passes ``--budget-s``. Runs go one at a time, never side by side.
@@ -22,9 +23,18 @@ tinyverse player and trainer are paused with SIGSTOP while this process loads th
 from the database and plays (SIGCONT after). A solve time is the training clock when the params
 that passed were taken; its resolution is the eval period. Env steps are the player's (sessions
 ever added x session_length) or SB3's ``num_timesteps`` at that moment.
+
+``--lockstep`` asks how many env steps the learner needs, without the clock's noise or the 3 s
+resolution, on more seeds than a wall-clock run affords (``--jobs`` at once): the example's hooks in
+one process, no database, no subprocess. A player of one game records a session, the trainer then
+makes the updates the declared pace allows (``updates_per_step`` after ``learning_starts``) on
+``train_batch_size`` sessions drawn uniformly from the last ``buffer_size``, and hands its params to
+the player every ``save_every`` updates, as its publications would (``--save-every`` overrides it);
+every ``--eval-every-steps`` env steps the player's params face the same greedy eval.
 """
 
 import argparse
+import math
 import os
 import shutil
 import signal
@@ -177,9 +187,72 @@ def run_tinyverse(
     return result
 
 
+def run_lockstep(seed: int, options: list[str], eval_every_steps: int, max_steps: int, save_every: int | None) -> dict:
+    """Env steps (and updates) to solve, the player and the trainer in lock step at the pace; {} if not solved."""
+    import collections
+    import random
+
+    random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
+    os.environ |= {"TINYVERSE_WORKER_INDEX": "0", "TINYVERSE_WORKER_COUNT": "1"}  # a lone player's epsilon
+    given = dict(o.split("=", 1) for o in options)
+    player, trainer = (load_experiment(str(EXAMPLE), None, given) for _ in range(2))
+    player.rng = np.random.default_rng(seed)
+    trainer.set_params(player.get_params())
+    trainer.prepare_training()
+    T, B, buffer = player.session_length, trainer.train_batch_size, collections.deque(maxlen=player.buffer_size)
+    env = player.make_env()
+    obs, _ = env.reset(seed=seed)
+    steps = updates = handed = 0
+    save_every = save_every or trainer.save_every
+    while steps < max_steps:
+        s = {"observations": np.zeros((T + 1, *obs.shape), np.float32), "actions": np.zeros(T, np.int64)}
+        s |= {"final_observations": np.zeros((T, *obs.shape), np.float32), "rewards": np.zeros(T, np.float32)}
+        s |= {"terminated": np.zeros(T, bool), "truncated": np.zeros(T, bool)}
+        s["observations"][0] = obs
+        for t in range(T):
+            s["actions"][t] = player.act(obs[None].astype(np.float32), {})[0][0]
+            obs, s["rewards"][t], s["terminated"][t], s["truncated"][t], _ = env.step(s["actions"][t])
+            if s["terminated"][t] or s["truncated"][t]:
+                s["final_observations"][t], (obs, _) = obs, env.reset()
+            s["observations"][t + 1] = obs
+        buffer.append(s)
+        steps += T
+        due = int(max(0, steps - player.learning_starts) * player.updates_per_step) - updates
+        for _ in range(due):
+            drawn = [buffer[i] for i in np.random.randint(len(buffer), size=B)]
+            trainer.update_count, updates = updates, updates + 1
+            trainer.train_step({k: np.stack([d[k] for d in drawn]) for k in s})
+        if updates // save_every > handed // save_every:
+            player.set_params(trainer.get_params())
+            handed = updates
+        greedy = lambda o: int(player.act(o[None], {}, greedy=True)[0][0])  # noqa: E731
+        if steps % eval_every_steps < T and evaluate(greedy, seed) >= SOLVED:
+            return dict(steps=steps, updates=updates)
+    return {}
+
+
+def lockstep(seeds: list[int], options: list[str], eval_every_steps: int, max_steps: int, jobs: int, save_every) -> int:
+    from concurrent.futures import ProcessPoolExecutor
+
+    every = f"params handed over every {save_every or 'save_every'} updates"
+    print(
+        f"{EXAMPLE.name} {' '.join(options)}: env steps to solve in lock step, {every}, evals every {eval_every_steps}"
+    )
+    with ProcessPoolExecutor(jobs) as pool:
+        runs = [pool.submit(run_lockstep, s, options, eval_every_steps, max_steps, save_every) for s in seeds]
+        results = [r.result() for r in runs]
+    print(f"{'seed':>4} {'steps':>8} {'updates':>8}")
+    for seed, r in zip(seeds, results, strict=True):
+        print(f"{seed:>4} {r.get('steps', '-'):>8} {r.get('updates', '-'):>8}")
+    steps = sorted(r.get("steps", math.inf) for r in results)
+    solved = f"solved {sum(map(bool, results))}/{len(results)}"
+    print(f"median {statistics.median(steps):g}, worst {steps[-1]:g} env steps; {solved}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds or spans (default 0,1,2; 0-19)")
     parser.add_argument("--budget-s", type=float, default=180.0, help="training seconds per run (default 180)")
     parser.add_argument("--eval-every-s", type=float, default=3.0, help="training seconds between evals (default 3)")
     parser.add_argument("--play-b", type=int, default=1, help="tinyverse player: environments (play -b)")
@@ -188,8 +261,15 @@ def main(argv: list[str] | None = None) -> int:
         "--set", dest="options", metavar="NAME=VALUE", action="append", default=[], help="an option of the example"
     )
     parser.add_argument("--only", choices=["sb3", "tinyverse"], help="run one system alone (no ratio)")
+    parser.add_argument("--lockstep", action="store_true", help="env steps to solve, in one process, no clock")
+    parser.add_argument("--eval-every-steps", type=int, default=3000, help="--lockstep: env steps between evals")
+    parser.add_argument("--max-steps", type=int, default=150_000, help="--lockstep: env steps before giving up")
+    parser.add_argument("--jobs", type=int, default=2, help="--lockstep: seeds at once (default 2)")
+    parser.add_argument("--save-every", type=int, help="--lockstep: updates between params handed to the player")
     args = parser.parse_args(argv)
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds = [int(x) for part in args.seeds.split(",") for x in _span(part)]
+    if args.lockstep:
+        return lockstep(seeds, args.options, args.eval_every_steps, args.max_steps, args.jobs, args.save_every)
     rows = []
     for seed in seeds:
         sb3 = tv = None
@@ -225,6 +305,12 @@ def main(argv: list[str] | None = None) -> int:
         if ran:
             print(f"{name} solved {sum(map(bool, ran))}/{len(ran)}")
     return 0
+
+
+def _span(part: str) -> range:
+    """``3`` or ``0-19``, as --seeds takes them."""
+    lo, _, hi = part.partition("-")
+    return range(int(lo), int(hi or lo) + 1)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ class Args:
     hidden: int = 64
     """units in each of the two hidden layers"""
     learning_rate: float = 2e-3
-    """Adam step size at the start"""
+    """Adam step size at the start (1e-2: a run solved in a quarter of the env steps, a fleet left running fell)"""
     lr_end: float = 1e-4
     """Adam step size after ``lr_updates`` updates, reached linearly (keeps a solved policy from drifting off)"""
     lr_updates: int = 20_000
