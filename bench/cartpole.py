@@ -26,9 +26,9 @@ ever added x session_length) or SB3's ``num_timesteps`` at that moment.
 
 ``--lockstep`` asks how many env steps the learner needs, without the clock's noise or the 3 s
 resolution, on more seeds than a wall-clock run affords (``--jobs`` at once): the example's hooks in
-one process, no database, no subprocess. A player of one game records a session, the trainer then
-makes the updates the declared pace allows (``updates_per_step`` after ``learning_starts``) on
-``train_batch_size`` sessions drawn uniformly from the last ``buffer_size``, and hands its params to
+one process on a SQLite file, no subprocess. The core's player records a session of one game, the
+trainer then makes the updates the declared pace allows (``updates_per_step`` after
+``learning_starts``) on batches the example samples (``train_batch_size`` sessions), and hands its params to
 the player every ``save_every`` updates, as its publications would (``--save-every`` overrides it);
 every ``--eval-every-steps`` env steps the player's params face the same greedy eval.
 """
@@ -189,46 +189,37 @@ def run_tinyverse(
 
 def run_lockstep(seed: int, options: list[str], eval_every_steps: int, max_steps: int, save_every: int | None) -> dict:
     """Env steps (and updates) to solve, the player and the trainer in lock step at the pace; {} if not solved."""
-    import collections
     import random
+
+    from tinyverse.player import Player
 
     random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
     os.environ |= {"TINYVERSE_WORKER_INDEX": "0", "TINYVERSE_WORKER_COUNT": "1"}  # a lone player's epsilon
-    given = dict(o.split("=", 1) for o in options)
-    player, trainer = (load_experiment(str(EXAMPLE), None, given) for _ in range(2))
-    player.rng = np.random.default_rng(seed)
-    trainer.set_params(player.get_params())
-    trainer.prepare_training()
-    T, B, buffer = player.session_length, trainer.train_batch_size, collections.deque(maxlen=player.buffer_size)
-    env = player.make_env()
-    obs, _ = env.reset(seed=seed)
-    steps = updates = handed = 0
-    save_every = save_every or trainer.save_every
-    while steps < max_steps:
-        s = {"observations": np.zeros((T + 1, *obs.shape), np.float32), "actions": np.zeros(T, np.int64)}
-        s |= {"final_observations": np.zeros((T, *obs.shape), np.float32), "rewards": np.zeros(T, np.float32)}
-        s |= {"terminated": np.zeros(T, bool), "truncated": np.zeros(T, bool)}
-        s["observations"][0] = obs
-        for t in range(T):
-            s["actions"][t] = player.act(obs[None].astype(np.float32), {})[0][0]
-            obs, s["rewards"][t], s["terminated"][t], s["truncated"][t], _ = env.step(s["actions"][t])
-            if s["terminated"][t] or s["truncated"][t]:
-                s["final_observations"][t], (obs, _) = obs, env.reset()
-            s["observations"][t + 1] = obs
-        buffer.append(s)
-        steps += T
-        due = int(max(0, steps - player.learning_starts) * player.updates_per_step) - updates
-        for _ in range(due):
-            drawn = [buffer[i] for i in np.random.randint(len(buffer), size=B)]
-            trainer.update_count, updates = updates, updates + 1
-            trainer.train_step({k: np.stack([d[k] for d in drawn]) for k in s})
-        if updates // save_every > handed // save_every:
-            player.set_params(trainer.get_params())
-            handed = updates
-        greedy = lambda o: int(player.act(o[None], {}, greedy=True)[0][0])  # noqa: E731
-        if steps % eval_every_steps < T and evaluate(greedy, seed) >= SOLVED:
-            return dict(steps=steps, updates=updates)
-    return {}
+    workdir = Path(tempfile.mkdtemp(prefix="bench-lockstep-"))
+    try:
+        db = connect(f"sqlite:///{workdir / 'lockstep.db'}", EXAMPLE.stem)
+        given = dict(o.split("=", 1) for o in options)
+        exp, trainer = (load_experiment(str(EXAMPLE), db, given) for _ in range(2))
+        exp.rng = np.random.default_rng(seed)
+        trainer.set_params(exp.get_params())
+        trainer.prepare_training()
+        player, save_every = Player(exp, db, 1, seed, 1, 10.0), save_every or trainer.save_every
+        steps = updates = handed = 0
+        while steps < max_steps:
+            player.record()  # the core's play loop: one session into the database
+            steps += exp.session_length
+            for _ in range(int(max(0, steps - exp.learning_starts) * exp.updates_per_step) - updates):
+                trainer.update_count, updates = updates, updates + 1
+                trainer.train_step(trainer.sample(db, trainer.train_batch_size))
+            if updates // save_every > handed // save_every:
+                exp.set_params(trainer.get_params())
+                handed = updates
+            greedy = lambda o: int(exp.act(o[None], {}, greedy=True)[0][0])  # noqa: E731
+            if steps % eval_every_steps < exp.session_length and evaluate(greedy, seed) >= SOLVED:
+                return dict(steps=steps, updates=updates)
+        return {}
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def lockstep(seeds: list[int], options: list[str], eval_every_steps: int, max_steps: int, jobs: int, save_every) -> int:
