@@ -30,7 +30,8 @@ or after ``--minutes``. Another game (``--set env_id=...``) takes its own ``--th
 Rows go to ``--out`` (JSON lines): every episode as ``{"system", "minutes", "return"}`` (tinyverse's also
 with ``steps``, agent steps played by then) and one summary per run; tinyverse's summary adds the
 trainer's mean ``policy_lag`` (params versions between acting and training), ``rho_mean`` and
-``rho_clipped`` (importance weights), ``reuse`` (sessions trained on per session played: the pace's
+``rho_clipped`` (importance weights), ``clip_fraction`` (ticks whose ratio to the players' policy lies
+outside PPO's clip), ``reuse`` (sessions trained on per session played: the pace's
 ``max_reuse``) and ``player_share`` (each player's share of the episodes). Runs are sequential: the
 two systems must not share this machine's cores.
 
@@ -160,7 +161,8 @@ def run_tinyverse(
     return episodes, lag
 
 
-FED = ("policy_lag", "rho_mean", "rho_clipped", "reuse", "updates_per_s", "steps_per_s", "player_share")
+LAG = ("policy_lag", "rho_mean", "rho_clipped", "clip_fraction")
+FED = (*LAG, "reuse", "updates_per_s", "steps_per_s", "player_share")
 
 
 def feeding(db) -> dict:
@@ -168,7 +170,7 @@ def feeding(db) -> dict:
     (the pace's target: ``max_reuse``); ``updates_per_s`` and ``steps_per_s``, the trainer's and the players'
     rates after the first 30 s (start-up left out); ``player_share``, each player's share of the episodes played."""
     train, out = db.metrics("train", 10**6), {}
-    for k in ("policy_lag", "rho_mean", "rho_clipped"):
+    for k in LAG:
         if values := [m[k] for m in train if k in m]:
             out[k] = round(float(np.mean(values)), 3)
     if train and (added := db.count_sessions().added):

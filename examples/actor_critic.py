@@ -90,9 +90,11 @@ def surrogate(logp_all, logp, recorded, values, vs, advantages, a):
     metrics: the policy's, the value's and the entropy's."""
     if a.normalize_advantages:  # over these ticks (PPO: over each minibatch)
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    more = {}
     if a.clip:  # PPO's clipped surrogate on the ratio to the behaviour policy (APPO)
         ratio = (logp - recorded).exp()
         pg_loss = -torch.min(ratio * advantages, ratio.clamp(1 - a.clip, 1 + a.clip) * advantages).mean()
+        more["clip_fraction"] = ((ratio - 1).abs() > a.clip).float().mean().item()  # as SB3 reports it
     else:  # IMPALA: the clipped importance weight times the advantage
         behaviour = recorded if a.vtrace else logp.detach()
         rho = (logp.detach() - behaviour).exp().clamp(max=a.rho_bar)
@@ -101,7 +103,7 @@ def surrogate(logp_all, logp, recorded, values, vs, advantages, a):
     entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
     total = pg_loss + a.vf_coef * value_loss - a.ent_coef * entropy
     metrics = {"loss": total.item(), "pg_loss": pg_loss.item(), "value_loss": value_loss.item()}
-    return total, metrics | {"entropy": entropy.item(), "value": values.mean().item()}
+    return total, metrics | more | {"entropy": entropy.item(), "value": values.mean().item()}
 
 
 def sample_recent(db, batch_size: int, recent: int) -> dict:

@@ -419,6 +419,9 @@ def test_the_surrogate_by_hand():
     assert m["entropy"] == pytest.approx(math.log(3)) and total.item() == pytest.approx(
         -0.2 + 0.625 - 0.01 * math.log(3)
     )
+    assert m["clip_fraction"] == 1.0  # both ratios outside 1 +- 0.1
+    m = atari.surrogate(logp_all, logp_all[:, 0], logp_all[:, 0], values, vs, advantages, a)[1]
+    assert m["clip_fraction"] == 0.0  # on-policy: every ratio 1
     # normalized over these ticks: [2, -2] / std 2 sqrt 2 = [1, -1] / sqrt 2
     a.normalize_advantages = True
     m = atari.surrogate(logp_all, logp_all[:, 0], recorded, values, vs, advantages, a)[1]
