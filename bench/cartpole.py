@@ -205,6 +205,10 @@ def run_lockstep(seed: int, options: list[str], eval_every_steps: int, max_steps
         trainer.prepare_training()
         player, save_every = Player(exp, db, 1, seed, 1, 10.0), save_every or trainer.save_every
         steps = updates = handed = 0
+
+        def greedy(obs):
+            return int(exp.act(obs[None], {}, greedy=True)[0][0])
+
         while steps < max_steps:
             player.record()  # the core's play loop: one session into the database
             steps += exp.session_length
@@ -214,7 +218,6 @@ def run_lockstep(seed: int, options: list[str], eval_every_steps: int, max_steps
             if updates // save_every > handed // save_every:
                 exp.set_params(trainer.get_params())
                 handed = updates
-            greedy = lambda o: int(exp.act(o[None], {}, greedy=True)[0][0])  # noqa: E731
             if steps % eval_every_steps < exp.session_length and evaluate(greedy, seed) >= SOLVED:
                 return dict(steps=steps, updates=updates)
         return {}
