@@ -4,6 +4,7 @@
     python bench/cartpole.py --seeds 0 --budget-s 120
     python bench/cartpole.py --set updates_per_step=0.5    # options of cartpole_dqn.py (play and train)
     python bench/cartpole.py --lockstep --seeds 0-19 --set hidden=128   # env steps to solve, no clock
+    python bench/cartpole.py --lockstep --seeds 0-7 --stay-steps 150000  # and does it stay solved?
 
 Solved means: the first 20-episode greedy eval with mean return >= 475. Each run ends when solved
 or when its training clock passes ``--budget-s``. Runs go one at a time, never side by side.
@@ -30,7 +31,10 @@ one process on a SQLite file, no subprocess. The core's player records a session
 trainer then makes the updates the declared pace allows (``updates_per_step`` after
 ``learning_starts``) on batches the example samples (``train_batch_size`` sessions), and hands its params to
 the player every ``save_every`` updates, as its publications would (``--save-every`` overrides it);
-every ``--eval-every-steps`` env steps the player's params face the same greedy eval.
+every ``--eval-every-steps`` env steps the player's params face the same greedy eval. With
+``--stay-steps N`` a solved run goes on N env steps more, evaluated as often, and the table says how
+many of those evals held 475 (``held``), the lowest, the last, and each in turn (``#`` 475 or more,
+``+`` 300 or more, ``.`` less): a lone player's view of what ``bench/stays.py`` asks of a fleet.
 """
 
 import argparse
@@ -187,8 +191,13 @@ def run_tinyverse(
     return result
 
 
-def run_lockstep(seed: int, options: list[str], eval_every_steps: int, max_steps: int, save_every: int | None) -> dict:
-    """Env steps (and updates) to solve, the player and the trainer in lock step at the pace; {} if not solved."""
+def run_lockstep(
+    seed: int, options: list[str], eval_every_steps: int, max_steps: int, save_every: int | None, stay_steps: int = 0
+) -> dict:
+    """Env steps (and updates) to solve, the player and the trainer in lock step at the pace; {} if not solved.
+
+    With ``stay_steps`` the run goes on that many env steps past the first solve, and ``after`` holds the
+    evals it met on the way (the last one at the end)."""
     import random
 
     from tinyverse.player import Player
@@ -205,11 +214,12 @@ def run_lockstep(seed: int, options: list[str], eval_every_steps: int, max_steps
         trainer.prepare_training()
         player, save_every = Player(exp, db, 1, seed, 1, 10.0), save_every or trainer.save_every
         steps = updates = handed = 0
+        solved, after = {}, []
 
         def greedy(obs):
             return int(exp.act(obs[None], {}, greedy=True)[0][0])
 
-        while steps < max_steps:
+        while steps < (solved["steps"] + stay_steps if solved else max_steps):
             player.record()  # the core's play loop: one session into the database
             steps += exp.session_length
             for _ in range(int(max(0, steps - exp.learning_starts) * exp.updates_per_step) - updates):
@@ -218,29 +228,48 @@ def run_lockstep(seed: int, options: list[str], eval_every_steps: int, max_steps
             if updates // save_every > handed // save_every:
                 exp.set_params(trainer.get_params())
                 handed = updates
-            if steps % eval_every_steps < exp.session_length and evaluate(greedy, seed) >= SOLVED:
-                return dict(steps=steps, updates=updates)
-        return {}
+            if steps % eval_every_steps < exp.session_length:
+                mean = evaluate(greedy, seed)
+                if solved:
+                    after.append(mean)
+                elif mean >= SOLVED:
+                    solved = dict(steps=steps, updates=updates)
+                    if not stay_steps:
+                        break
+        return solved and solved | ({"after": after} if stay_steps else {})
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def lockstep(seeds: list[int], options: list[str], eval_every_steps: int, max_steps: int, jobs: int, save_every) -> int:
+def lockstep(
+    seeds: list[int], options: list[str], eval_every_steps: int, max_steps: int, jobs: int, save_every, stay_steps=0
+) -> int:
     from concurrent.futures import ProcessPoolExecutor
 
     every = f"params handed over every {save_every or 'save_every'} updates"
+    stay = f"; then {stay_steps} env steps more" if stay_steps else ""
     print(
         f"{EXAMPLE.name} {' '.join(options)}: env steps to solve in lock step, {every}, evals every {eval_every_steps}"
+        + stay
     )
+    args = (options, eval_every_steps, max_steps, save_every, stay_steps)
     with ProcessPoolExecutor(jobs) as pool:
-        runs = [pool.submit(run_lockstep, s, options, eval_every_steps, max_steps, save_every) for s in seeds]
-        results = [r.result() for r in runs]
-    print(f"{'seed':>4} {'steps':>8} {'updates':>8}")
+        results = [r.result() for r in [pool.submit(run_lockstep, s, *args) for s in seeds]]
+    held = f" {'held':>7} {'lowest':>7} {'last':>6}" if stay_steps else ""
+    print(f"{'seed':>4} {'steps':>8} {'updates':>8}{held}")
     for seed, r in zip(seeds, results, strict=True):
-        print(f"{seed:>4} {r.get('steps', '-'):>8} {r.get('updates', '-'):>8}")
+        line = f"{seed:>4} {r.get('steps', '-'):>8} {r.get('updates', '-'):>8}"
+        if r.get("after"):  # evals after the first solve at SOLVED or more, of all of them
+            held = f"{sum(m >= SOLVED for m in r['after'])}/{len(r['after'])}"
+            trace = "".join("#" if m >= SOLVED else "+" if m >= 300 else "." for m in r["after"])
+            line += f" {held:>7} {min(r['after']):>7.1f} {r['after'][-1]:>6.1f}  {trace}"
+        print(line)
     steps = sorted(r.get("steps", math.inf) for r in results)
     solved = f"solved {sum(map(bool, results))}/{len(results)}"
     print(f"median {statistics.median(steps):g}, worst {steps[-1]:g} env steps; {solved}")
+    if stay_steps:
+        lasts = [r["after"][-1] for r in results if r.get("after")]
+        print(f"after {stay_steps} env steps more: {sum(m >= SOLVED for m in lasts)}/{len(results)} still solved")
     return 0
 
 
@@ -260,10 +289,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-steps", type=int, default=150_000, help="--lockstep: env steps before giving up")
     parser.add_argument("--jobs", type=int, default=2, help="--lockstep: seeds at once (default 2)")
     parser.add_argument("--save-every", type=int, help="--lockstep: updates between params handed to the player")
+    parser.add_argument("--stay-steps", type=int, default=0, help="--lockstep: env steps to go on after solving")
     args = parser.parse_args(argv)
     seeds = [int(x) for part in args.seeds.split(",") for x in _span(part)]
     if args.lockstep:
-        return lockstep(seeds, args.options, args.eval_every_steps, args.max_steps, args.jobs, args.save_every)
+        return lockstep(
+            seeds, args.options, args.eval_every_steps, args.max_steps, args.jobs, args.save_every, args.stay_steps
+        )
     rows = []
     for seed in seeds:
         sb3 = tv = None
