@@ -92,6 +92,11 @@ def evaluate(act, seed: int) -> float:
     return float(np.mean(returns))
 
 
+def greedy(exp):
+    """``act(obs) -> action`` of an experiment's greedy policy, as :func:`evaluate` takes it."""
+    return lambda obs: int(exp.act(obs[None], {}, greedy=True)[0][0])
+
+
 def run_sb3(seed: int, budget_s: float, eval_every_s: float) -> dict:
     from stable_baselines3 import DQN
     from stable_baselines3.common.callbacks import BaseCallback
@@ -164,7 +169,7 @@ def run_tinyverse(
                 clock = stop - start - paused
                 version = sync_params(exp, db, version)
                 steps = db.count_sessions()[1] * exp.session_length
-                mean = evaluate(lambda obs: int(exp.act(obs[None], {}, greedy=True)[0][0]), seed)
+                mean = evaluate(greedy(exp), seed)
             finally:
                 for p in procs:
                     p.send_signal(signal.SIGCONT)
@@ -197,7 +202,7 @@ def run_lockstep(
     """Env steps (and updates) to solve, the player and the trainer in lock step at the pace; {} if not solved.
 
     With ``stay_steps`` the run goes on that many env steps past the first solve, and ``after`` holds the
-    evals it met on the way (the last one at the end)."""
+    evals it met on the way."""
     import random
 
     from tinyverse.player import Player
@@ -214,11 +219,7 @@ def run_lockstep(
         trainer.prepare_training()
         player, save_every = Player(exp, db, 1, seed, 1, 10.0), save_every or trainer.save_every
         steps = updates = handed = 0
-        solved, after = {}, []
-
-        def greedy(obs):
-            return int(exp.act(obs[None], {}, greedy=True)[0][0])
-
+        solved, after, act = {}, [], greedy(exp)
         while steps < (solved["steps"] + stay_steps if solved else max_steps):
             player.record()  # the core's play loop: one session into the database
             steps += exp.session_length
@@ -229,7 +230,7 @@ def run_lockstep(
                 exp.set_params(trainer.get_params())
                 handed = updates
             if steps % eval_every_steps < exp.session_length:
-                mean = evaluate(greedy, seed)
+                mean = evaluate(act, seed)
                 if solved:
                     after.append(mean)
                 elif mean >= SOLVED:
@@ -255,8 +256,8 @@ def lockstep(
     args = (options, eval_every_steps, max_steps, save_every, stay_steps)
     with ProcessPoolExecutor(jobs) as pool:
         results = [r.result() for r in [pool.submit(run_lockstep, s, *args) for s in seeds]]
-    held = f" {'held':>7} {'lowest':>7} {'last':>6}" if stay_steps else ""
-    print(f"{'seed':>4} {'steps':>8} {'updates':>8}{held}")
+    stay_columns = f" {'held':>7} {'lowest':>7} {'last':>6}" if stay_steps else ""
+    print(f"{'seed':>4} {'steps':>8} {'updates':>8}{stay_columns}")
     for seed, r in zip(seeds, results, strict=True):
         line = f"{seed:>4} {r.get('steps', '-'):>8} {r.get('updates', '-'):>8}"
         if r.get("after"):  # evals after the first solve at SOLVED or more, of all of them

@@ -31,15 +31,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import atari_learn  # noqa: E402
-from cartpole import EXAMPLE, SOLVED, evaluate  # noqa: E402
+from cartpole import EXAMPLE, SOLVED, evaluate, greedy  # noqa: E402
 
 from tinyverse import sync_params  # noqa: E402
 from tinyverse.database import connect  # noqa: E402
 from tinyverse.loader import load_experiment  # noqa: E402
-
-
-def greedy(exp):
-    return lambda obs: int(exp.act(obs[None], {}, greedy=True)[0][0])
 
 
 def run(seed: int, seconds: float, kills: int, eval_every: float, options: list[str], buffer: int = 0, kill="") -> dict:
