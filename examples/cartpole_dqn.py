@@ -37,6 +37,8 @@ class Args:
     """the Gymnasium environment"""
     hidden: int = 64
     """units in each of the two hidden layers"""
+    layer_norm: bool = False
+    """normalize each hidden layer's pre-activations (LayerNorm)"""
     learning_rate: float = 2e-3
     """Adam step size at the start (1e-2: a run solved in a quarter of the env steps, a fleet left running fell)"""
     lr_end: float = 1e-4
@@ -86,8 +88,11 @@ class CartPoleDQN(tinyverse.Experiment):
         env.close()
         h = self.args.hidden
 
+        def hidden(n_in):  # the params keep their names without LayerNorm
+            return [nn.Linear(n_in, h), *([nn.LayerNorm(h)] if self.args.layer_norm else []), nn.ReLU()]
+
         def net():
-            return nn.Sequential(nn.Linear(n_obs, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(), nn.Linear(h, n_act))
+            return nn.Sequential(*hidden(n_obs), *hidden(h), nn.Linear(h, n_act))
 
         self.q, self.target = net(), net()
         self.target.load_state_dict(self.q.state_dict())
