@@ -154,9 +154,10 @@ def test_cartpole_dqn_layer_norm_normalizes_each_hidden_layer():
     assert list(plain.q.state_dict()) == ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"]
     exp = module.make_experiment(None, module.Args(hidden=4, layer_norm=True))
     with torch.no_grad():
-        exp.q[0].weight.zero_(), exp.q[0].bias.copy_(torch.tensor([1.0, 2.0, 3.0, 4.0]))
+        exp.q[0].weight.zero_()
+        exp.q[0].bias.copy_(torch.tensor([1.0, 2.0, 3.0, 4.0]))
         hidden = exp.q[:3](torch.zeros(1, 4))  # Linear, LayerNorm (weight 1, bias 0 at the start), ReLU
-    # (x - 2.5) / sqrt(1.25) for x = 1..4, then ReLU: whatever the scale of the inputs
+    # (x - 2.5) / sqrt(1.25) for pre-activations x = 1..4, then ReLU
     assert hidden[0].tolist() == pytest.approx([0.0, 0.0, 0.5 / 1.25**0.5, 1.5 / 1.25**0.5], rel=1e-4)
     assert isinstance(exp.q[4], torch.nn.LayerNorm) and len(exp.q) == 7  # and the second hidden layer
 
