@@ -216,6 +216,7 @@ def test_trainer_rebuilds_every_window_the_player_acted_on(tmp_path, monkeypatch
     K, T = exp.args.window, exp.session_length
     batch = db.get_batch([1, 2, 3, 4])
     assert batch["id"].tolist() == [1, 2, 3, 4]
+    windows = exp.windows(batch)[0]  # the trainer's own gather: the same windows
     for n in range(4):
         s = {k: v[n] for k, v in batch.items()}  # ids 1, 2: round 0, envs 0, 1; ids 3, 4: round 1
         rnd, env = divmod(n, 2)
@@ -226,6 +227,7 @@ def test_trainer_rebuilds_every_window_the_player_acted_on(tmp_path, monkeypatch
         seq = np.concatenate([seq, s["final_observations"]])
         acted = seen[env, rnd * T : rnd * T + T]
         np.testing.assert_array_equal(seq[idx[0, :T]], acted)
+        np.testing.assert_array_equal(windows[n, :T].numpy(), acted)
         if rnd == 0:  # the window after the last tick is the first of the next round
             np.testing.assert_array_equal(seq[idx[0, T]], seen[env, T])
         for t in np.nonzero(trunc[0])[0]:  # the episode's last window: what it saw, then its final frame
