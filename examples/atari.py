@@ -85,11 +85,12 @@ class Args:
     """ticks an update trains on: train_batch_size = batch_ticks / session_length sessions (train -b overrides)"""
     recent_sessions: int = 64
     """the trainer samples among the newest sessions only"""
-    max_reuse: float = 4.0
-    """the pace: each recorded tick is trained on this many times on average"""
-    trainer_threads: int = 1
+    max_reuse: float | None = None
+    """the pace: each recorded tick is trained on this many times on average (Atari: 8, half the agent steps of 4
+    to Pong's -15 for as many updates; CarRacing: 4)"""
+    trainer_threads: int = 2
     """torch threads of a trainer on the CPU (players keep 1; on 2 cores with max_reuse 8, 2 gave 16-18% more
-    updates a second)"""
+    updates a second than 1)"""
     bfloat16: bool = False
     """the trainer's forward and backward in bfloat16 autocast (losses, Adam, params: float32); fast on GPUs and on
     CPUs with AVX-512 BF16 or AMX (+7% updates on 2 such cores), emulated and slower on others"""
@@ -103,7 +104,9 @@ class Args:
 
 # Any Atari game: its own actions (ALE's minimal set) and the whole screen at 84x84, as DQN's and PPO's
 # preprocessing; Pong's defaults, on which the figures of docs/examples.rst were measured, keep the field only
-ATARI = dict(noop_max=30, actions="all", crop="0,210,0,160", size=84, clip_rewards=True, reward_scale=1.0)
+ATARI = dict(
+    noop_max=30, actions="all", crop="0,210,0,160", size=84, clip_rewards=True, reward_scale=1.0, max_reuse=8.0
+)
 GAMES = {
     "Atari": ATARI,
     "Pong": ATARI | dict(actions="NOOP,RIGHT,LEFT", crop="34,194,0,160", size=80),
@@ -111,7 +114,9 @@ GAMES = {
     # discrete actions (continuous=False: nothing, left, right, gas, brake); rewards (-0.1 a frame, +1000/N a
     # tile, up to ~900 an episode) scaled, not clipped: their sign would weigh a tile as much as a frame, and
     # raw, the value loss's gradient would drown the policy's under the gradient clip
-    "CarRacing": dict(noop_max=0, actions="0,1,2,3,4", crop="0,84,6,90", size=42, clip_rewards=False, reward_scale=0.1),
+    "CarRacing": dict(
+        noop_max=0, actions="0,1,2,3,4", crop="0,84,6,90", size=42, clip_rewards=False, reward_scale=0.1, max_reuse=4.0
+    ),
 }
 
 
