@@ -22,7 +22,8 @@ or after ``--minutes``. Another game (``--set env_id=...``) takes its own ``--th
   stops the run with SIGINT (a warm stop) at the end.
 - SB3: PPO with RL-Zoo's Atari hyperparameters (8 envs, 128 steps, 4 epochs, batch 256, lr 2.5e-4 and
   clip 0.1 both decayed linearly over 10M steps, ent 0.01, vf 0.5) on ``PongNoFrameskip-v4`` with
-  SB3's Atari wrappers and 4 stacked frames, seed 0, in a subprocess with torch's default threads.
+  SB3's Atari wrappers and 4 stacked frames, seed 0 (``--sb3-seed``), in a subprocess with torch's default
+  threads. Its seed fixes the agent steps at which it reaches each level; the wall time varies with the machine.
 
 - random: uniformly random actions in the same game (atari.py's environment and options) for
   ``--random-episodes`` episodes in this process: the floor a learner has to clear.
@@ -203,8 +204,8 @@ def run_random(options: list[str], n: int) -> list[tuple]:
     return episodes
 
 
-def run_sb3(minutes: float) -> list[tuple]:
-    argv = [sys.executable, __file__, "--sb3-worker", "--minutes", str(minutes)]
+def run_sb3(minutes: float, seed: int) -> list[tuple]:
+    argv = [sys.executable, __file__, "--sb3-worker", "--minutes", str(minutes), "--sb3-seed", str(seed)]
     start, episodes, shown = time.time(), [], 0.0
     with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as proc:
         for line in proc.stdout:
@@ -216,7 +217,7 @@ def run_sb3(minutes: float) -> list[tuple]:
     return episodes
 
 
-def sb3_worker(minutes: float) -> None:
+def sb3_worker(minutes: float, seed: int) -> None:
     """PPO on Pong with RL-Zoo's settings; prints every finished episode as a JSON line."""
     import ale_py
     import gymnasium as gym
@@ -238,11 +239,11 @@ def sb3_worker(minutes: float) -> None:
             solved = len(returns) >= WINDOW and np.mean(returns[-WINDOW:]) >= THRESHOLDS[-1]
             return time.time() < deadline and not solved
 
-    env = VecFrameStack(make_atari_env("PongNoFrameskip-v4", n_envs=8, seed=0), n_stack=4)
+    env = VecFrameStack(make_atari_env("PongNoFrameskip-v4", n_envs=8, seed=seed), n_stack=4)
     decay = lambda start: lambda progress: start * progress  # noqa: E731  (RL-Zoo's lin_ schedules)
     model = PPO(
         "CnnPolicy", env, n_steps=128, n_epochs=4, batch_size=256, learning_rate=decay(2.5e-4),
-        clip_range=decay(0.1), vf_coef=0.5, ent_coef=0.01, seed=0, verbose=0,
+        clip_range=decay(0.1), vf_coef=0.5, ent_coef=0.01, seed=seed, verbose=0,
     )  # fmt: skip
     model.learn(10_000_000, callback=Episodes())
 
@@ -397,12 +398,13 @@ def main():
     parser.add_argument("--by-steps", action="store_true", help="plot against agent steps, not wall time")
     parser.add_argument("--label-only", action="append", metavar="LABEL", help="plot only this label's runs (repeat)")
     parser.add_argument("--profile", action="store_true", help="time the trainer's update per torso instead")
+    parser.add_argument("--sb3-seed", type=int, default=0, help="the seed of SB3's run (default 0)")
     parser.add_argument("--sb3-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     global THRESHOLDS
     THRESHOLDS = tuple(float(t) for t in args.thresholds.split(","))
     if args.sb3_worker:
-        return sb3_worker(args.minutes)
+        return sb3_worker(args.minutes, args.sb3_seed)
     if args.profile:
         return profile(8, 20)
     if args.report:
@@ -422,7 +424,8 @@ def main():
             extra |= {"players": args.players, "options": args.set, "sync_every": args.sync_every, **lag}
             extra |= {"play_batch": args.play_batch} if args.play_batch else {}
         elif system == "sb3":
-            episodes = run_sb3(args.minutes)
+            episodes = run_sb3(args.minutes, args.sb3_seed)
+            extra |= {"seed": args.sb3_seed}
         elif system == "random":
             episodes = run_random(args.set, args.random_episodes)
             extra |= {"options": args.set}
