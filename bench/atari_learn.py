@@ -321,8 +321,9 @@ def report(rows: list[dict]) -> None:
         print(f"{label:<34}{cells}{final:>11}{r['episodes']:>10}")
         if "steps_to" in r:
             steps = ", ".join(f"{t:g}: {r['steps_to'][f'{t:g}'] or '-'}" for t in THRESHOLDS)
-            lag = ", ".join(f"{k} {r[k]}" for k in FED if k in r)
-            print(f"{'':<4}agent steps to {steps} (of {r['steps']:,}); sync every {r.get('sync_every', 1)}; {lag}")
+            how = f"sync every {r['sync_every']}; " if "sync_every" in r else f"seed {r['seed']}" if "seed" in r else ""
+            lag = ", ".join(f"{k} {r[k]}" for k in FED if k in r)  # tinyverse's: how the trainer was fed
+            print(f"{'':<4}agent steps to {steps} (of {r['steps']:,}); {how}{lag}")
     sb3 = [(i, b) for i, b in enumerate(runs) if b["system"] == "sb3"]
     for i, r in enumerate(runs):  # against the SB3 run of the same label (one script run), else the nearest
         same = [b for _, b in sb3 if b.get("label") == r.get("label")]  # before it, else the first after it
@@ -359,8 +360,9 @@ def plot(rows: list[dict], path: str, by_steps: bool = False, labels: list[str] 
             t = [m for m, _ in eps][WINDOW - 1 :]
             mean = np.convolve([x for _, x in eps], np.ones(WINDOW) / WINDOW, "valid")
             name = " ".join(x for x in run if x)
-            if run[0] == "sb3":  # SB3 rows carry the label of the script run they belong to
-                name = "SB3 PPO" + (f", the run after {run[1]}" if run[1] else "")
+            if run[0] == "sb3":  # SB3 rows carry the label of the script run they belong to, or their own
+                after = f", the run after {run[1]}" if run[1] else ""
+                name = run[1] if run[1].startswith("SB3") else f"SB3 PPO{after}"
             ax.plot(t, mean, label=name)
     for t in THRESHOLDS:
         ax.axhline(t, color="grey", lw=0.5, ls=":")
