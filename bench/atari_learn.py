@@ -321,9 +321,9 @@ def report(rows: list[dict]) -> None:
         print(f"{label:<34}{cells}{final:>11}{r['episodes']:>10}")
         if "steps_to" in r:
             steps = ", ".join(f"{t:g}: {r['steps_to'][f'{t:g}'] or '-'}" for t in THRESHOLDS)
-            how = f"sync every {r['sync_every']}; " if "sync_every" in r else f"seed {r['seed']}" if "seed" in r else ""
-            lag = ", ".join(f"{k} {r[k]}" for k in FED if k in r)  # tinyverse's: how the trainer was fed
-            print(f"{'':<4}agent steps to {steps} (of {r['steps']:,}); {how}{lag}")
+            how = [f"{k.replace('_', ' ')} {r[k]}" for k in ("sync_every", "seed") if k in r]  # tinyverse's, SB3's
+            how.append(", ".join(f"{k} {r[k]}" for k in FED if k in r))  # tinyverse's: how the trainer was fed
+            print(f"{'':<4}agent steps to {steps} (of {r['steps']:,}); {'; '.join(filter(None, how))}")
     sb3 = [(i, b) for i, b in enumerate(runs) if b["system"] == "sb3"]
     for i, r in enumerate(runs):  # against the SB3 run of the same label (one script run), else the nearest
         same = [b for _, b in sb3 if b.get("label") == r.get("label")]  # before it, else the first after it

@@ -298,8 +298,8 @@ def test_targets_without_vtrace_ignore_the_players_policy():
     a = atari.Args(vtrace=False, gamma=0.5)
     rewards, values, next_values = [[1.0, 0.0, 2.0]], [[0.3, -0.2, 0.7, 9.0]], [[-0.2, 0.7, 4.0]]
     logp, recorded = torch.log(torch.tensor([[0.2, 0.5, 0.9]])), torch.log(torch.tensor([[0.6, 0.25, 0.9]]))
-    t = [torch.tensor(x) for x in (values, next_values, rewards)]
-    vs, advantages, ratios, metrics = targets(logp, recorded, t[0], t[1], t[2], torch.zeros(1, 3, dtype=bool), a)
+    ticks = (logp, recorded, *map(torch.tensor, (values, next_values, rewards)), torch.zeros(1, 3, dtype=bool))
+    vs, advantages, ratios, metrics = targets(*ticks, a)
     returns = [1 + 0.25 * 2 + 0.125 * 4, 0 + 0.5 * 2 + 0.25 * 4, 2 + 0.5 * 4]  # as with no lag at all
     np.testing.assert_allclose(vs[0].numpy(), returns, rtol=1e-6)
     q = [1 + 0.5 * returns[1], 0 + 0.5 * returns[2], 2 + 0.5 * 4]
@@ -307,7 +307,7 @@ def test_targets_without_vtrace_ignore_the_players_policy():
     np.testing.assert_allclose(ratios[0].numpy(), [1 / 3, 2, 1], rtol=1e-6)
     assert metrics["rho_clipped"] == pytest.approx(1 / 3)
     a.vtrace = True  # with it, the same ticks weigh tick 0's TD error by 1/3: the targets differ
-    assert not torch.allclose(targets(logp, recorded, t[0], t[1], t[2], torch.zeros(1, 3, dtype=bool), a)[0], vs)
+    assert not torch.allclose(targets(*ticks, a)[0], vs)
 
 
 def test_vtrace_matches_the_papers_sum_on_random_sessions():
