@@ -1,14 +1,23 @@
 """Workers: registration and heartbeats, waiting while heartbeating, the shared loop, warm shutdown on signals."""
 
 import hashlib
+import json
 import os
 import signal
+import socket
+import stat
+import subprocess
+import time
+from pathlib import Path
 
 import psutil
 import pytest
-from conftest import in_thread, joined, wait_for
+from conftest import REDIS_PASSWORD, ROOT, in_thread, joined, run_cli, spawn, wait_for
 
-from tinyverse.workers import Worker, digest
+from tinyverse import identity
+from tinyverse.database import connect
+from tinyverse.errors import masked
+from tinyverse.workers import HEARTBEAT_EVERY, Worker, digest
 
 
 def registered(db, worker) -> dict | None:
@@ -85,3 +94,78 @@ def test_sigterm_finishes_the_step_then_stops_and_a_second_signal_interrupts(db)
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
     assert signal.getsignal(signal.SIGTERM) is before, "the handlers are restored"
+
+
+# -- the token that lets clear signal a worker, and nothing else -------------------------------------------------------
+FAKE = ROOT / "tests" / "fake_experiment.py"
+
+
+@pytest.fixture
+def tokens(tmp_path, monkeypatch) -> Path:
+    """The token folder of this test's workers, theirs alone (the CLIs it starts inherit it)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return identity.folder()
+
+
+def heartbeat_of(db, pid: int) -> dict | None:
+    return next((w for w in db.workers() if w["pid"] == pid), None)
+
+
+def forged(pid: int, host: str = socket.gethostname()) -> dict:
+    """A heartbeat naming a process by what anyone can read in /proc: PID, start time, command line."""
+    p = psutil.Process(pid)
+    info = {"id": f"player-{host}-{pid}-forged", "role": "player", "host": host, "pid": pid, "started": time.time()}
+    return info | {"proc_start": p.create_time(), "cmdline": digest(p)}
+
+
+def test_a_worker_keeps_a_private_token_while_it_runs_without_the_password(locked_redis, tokens):
+    db = connect(locked_redis.url, "tokens", retry_for=5)
+    with Worker(db, "player") as worker:
+        token = identity.path_of(worker.id)
+        assert stat.S_IMODE(tokens.stat().st_mode) == 0o700 and stat.S_IMODE(token.stat().st_mode) == 0o600
+        assert REDIS_PASSWORD not in token.read_text()
+        expected = {k: worker.info[k] for k in ("id", "role", "host", "pid", "proc_start")}
+        assert json.loads(token.read_text()) == expected | {"prefix": "tokens", "db": masked(locked_redis.url)}
+        assert identity.vouched(db, registered(db, worker)).pid == os.getpid()
+    assert not token.exists(), "a worker that leaves takes its token with it"
+    db.close()
+
+
+def test_clear_signals_only_the_workers_its_tokens_vouch_for(tmp_path, tokens):
+    url, other_url = f"sqlite:///{tmp_path / 'fleet.db'}", f"sqlite:///{tmp_path / 'other.db'}"
+    db, theirs, elsewhere = connect(url, "mine"), connect(url, "theirs"), connect(other_url, "theirs")
+    player = spawn(FAKE, "play", "-b", 1, "--db", url, "--prefix", "mine", cwd=tmp_path)
+    stranger = spawn(FAKE, "play", "-b", 1, "--db", url, "--prefix", "theirs", cwd=tmp_path)
+    sleeper = subprocess.Popen(["sleep", "120"])
+    try:
+        player_info = wait_for(lambda: heartbeat_of(db, player.pid), 60, "the player's heartbeat")
+        stranger_info = wait_for(lambda: heartbeat_of(theirs, stranger.pid), 60, "the stranger's heartbeat")
+        for pid in (sleeper.pid, os.getpid()):  # what a heartbeat written by hand can name today
+            db.heartbeat(forged(pid)["id"], forged(pid), 60)
+        db.heartbeat(stranger_info["id"], stranger_info, 60)  # a worker of another prefix, word for word
+        elsewhere.heartbeat(stranger_info["id"], stranger_info, 60)  # its prefix, in another database
+        far = forged(os.getpid(), host="far-away-box")
+        db.heartbeat(far["id"], far, 60)
+
+        out = run_cli(FAKE, "clear", "--kill-players", "--db", other_url, "--prefix", "theirs", cwd=tmp_path).stdout
+        assert f"player pid {stranger.pid} left alone: its token names another namespace (theirs in" in out
+        out = run_cli(FAKE, "clear", "--kill-players", "--db", url, "--prefix", "mine", cwd=tmp_path).stdout
+        cleared = time.time()
+        assert f"mine: stopped player pid {player.pid}" in out and player.p.wait(timeout=30) == 0
+        assert not identity.path_of(player_info["id"]).exists(), "its token left with it"
+        for pid in (sleeper.pid, os.getpid()):
+            assert f"player pid {pid} left alone: no token of this user for it" in out
+        assert f"player pid {stranger.pid} left alone: its token names another namespace (theirs in" in out
+        assert f"asked player pid {os.getpid()} on far-away-box to stop" in out and db.stop_requested(far["id"])
+
+        sleeper.kill()
+        assert sleeper.wait() == -signal.SIGKILL, "clear signalled a process that merely had a heartbeat"
+        beats = lambda: heartbeat_of(theirs, stranger.pid)["time"] > cleared + 2 * HEARTBEAT_EVERY  # noqa: E731
+        wait_for(beats, 30, "the stranger to go on heartbeating")
+        assert "got SIGTERM" not in stranger.stderr(), "clear signalled a worker of another prefix"
+        assert stranger.stop() == 0, stranger.stderr()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        for d in (db, theirs, elsewhere):
+            d.close()

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import psutil
 
+from . import identity
 from .errors import Every
 
 log = logging.getLogger(__name__)
@@ -57,9 +58,11 @@ class Worker(StopFlag):
         self.info |= {"place": os.environ[PLACE]} if os.environ.get(PLACE) else {}
         self.parent = int(os.environ[PARENT]) if os.environ.get(PARENT, "").isdigit() else None
         self.last, self.say = 0.0, Every(30.0)
+        self.token = None  # the file that proves to clear that this process is this worker
 
     def __enter__(self):
         super().__enter__()
+        self.token = identity.write(self.db, self.info)  # before clear can find the heartbeat
         self.beat(force=True)
         return self
 
@@ -104,7 +107,11 @@ class Worker(StopFlag):
         return False
 
     def leave(self) -> None:
-        self.db.remove_worker(self.id)
+        try:
+            self.db.remove_worker(self.id)
+        finally:
+            if self.token is not None:
+                self.token.unlink(missing_ok=True)
 
 
 def digest(p: psutil.Process) -> str:

@@ -7,7 +7,8 @@ import psutil
 
 from ..database import masked
 from ..errors import TinyverseError
-from ..workers import HEARTBEAT_EVERY, digest
+from ..identity import vouched
+from ..workers import HEARTBEAT_EVERY
 from .monitor import namespaces
 
 
@@ -32,21 +33,21 @@ def mode_clear(args):
 
 
 def stop_worker(db, worker: dict, timeout: float = 10.0) -> str:
-    """Stop a registered worker and say how: on another machine by asking; here by SIGTERM (SIGKILL if it hangs),
-    unless its PID now belongs to another process (the start time and command line it registered differ)."""
-    name = f"{worker['role']} pid {worker['pid']}"
+    """Stop a registered worker and say how: on another machine by asking; here by SIGTERM (SIGKILL
+    if it hangs), only where this user's token proves the process is that worker of this prefix and
+    database (identity.vouched): a heartbeat, which anyone can write, may name any process."""
+    name = f"{worker.get('role')} pid {worker.get('pid')}"
     if worker.get("host") != socket.gethostname():
         db.request_stop(worker["id"])
         return f"asked {name} on {worker.get('host')} to stop"
     db.remove_worker(worker["id"])
+    p = vouched(db, worker)
+    if isinstance(p, str):
+        return f"{name} left alone: {p}"
     try:
-        p = psutil.Process(worker["pid"])
-        same = p.create_time() == worker.get("proc_start") and digest(p) == worker.get("cmdline") and _alive(p)
-    except psutil.Error:
-        same = False
-    if not same:
-        return f"{name} is gone (or its PID now belongs to another process): left alone"
-    p.terminate()
+        p.terminate()
+    except psutil.NoSuchProcess:
+        return f"{name} is gone: left alone"
     deadline = time.monotonic() + timeout
     while _alive(p) and time.monotonic() < deadline:
         time.sleep(0.1)
