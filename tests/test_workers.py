@@ -169,3 +169,64 @@ def test_clear_signals_only_the_workers_its_tokens_vouch_for(tmp_path, tokens):
         sleeper.wait()
         for d in (db, theirs, elsewhere):
             d.close()
+
+
+def test_the_tokens_of_killed_workers_are_swept_when_a_worker_starts(tmp_path, tokens):
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    db = connect(url, "swept")
+    killed = spawn(FAKE, "play", "-b", 1, "--db", url, "--prefix", "swept", cwd=tmp_path)
+    gone = identity.path_of(wait_for(lambda: heartbeat_of(db, killed.pid), 60, "the player's heartbeat")["id"])
+    killed.kill()  # SIGKILL: it cannot remove its token
+    far = tokens / "far.json"  # a worker of another host sharing this home: its process is not here to look at
+    far.write_text(json.dumps(forged(os.getpid(), host="far-away-box")))
+    far.chmod(0o600)
+    assert gone.exists()
+    with Worker(db, "player") as worker:
+        assert not gone.exists(), "the token of a killed worker outlived the next start"
+        assert far.exists() and worker.token.exists()
+    db.close()
+
+
+@pytest.mark.parametrize("spoil", ["open to others", "a link", "of another user"])
+def test_a_token_folder_that_is_not_private_is_refused(tmp_path, tokens, spoil, caplog):
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    tokens.parent.mkdir(parents=True)
+    if spoil == "a link":
+        tokens.symlink_to(mine)  # a link to a private folder of this user: still not the folder itself
+    else:
+        tokens.mkdir(mode=0o700)
+    if spoil == "open to others":
+        tokens.chmod(0o777)
+    if spoil == "of another user":
+        if os.getuid() != 0:
+            pytest.skip("only root can give a folder to another user")
+        os.chown(tokens, 65534, 65534)
+    db = connect(f"sqlite:///{tmp_path / 'test.db'}", "refused")
+    with Worker(db, "player") as worker:
+        assert worker.token is None and "is not a private folder of uid" in caplog.text
+        assert os.listdir(tokens) == [], "nothing is written into a folder that is not private"
+        assert "is not a private folder" in identity.vouched(db, registered(db, worker))
+    db.close()
+
+
+def test_a_token_file_counts_only_if_it_is_a_private_plain_file_of_this_user(tmp_path, tokens):
+    db = connect(f"sqlite:///{tmp_path / 'test.db'}", "tokens")
+    with Worker(db, "player") as worker:
+        heartbeat, token = registered(db, worker), worker.token
+        assert identity.vouched(db, heartbeat).pid == os.getpid()
+        token.chmod(0o644)
+        assert "no token" in identity.vouched(db, heartbeat), "a token others could read"
+        token.chmod(0o600)
+        moved = token.rename(tmp_path / "elsewhere.json")
+        token.symlink_to(moved)
+        assert "no token" in identity.vouched(db, heartbeat), "a link instead of the token"
+        token.unlink()
+        moved.rename(token)
+        if os.getuid() == 0:  # only root can give a file to another user
+            os.chown(token, 65534, 65534)
+            assert "no token" in identity.vouched(db, heartbeat), "a token of another user"
+            os.chown(token, 0, 0)
+        assert identity.vouched(db, heartbeat | {"pid": 1}) == "its token names another worker"
+        assert identity.vouched(db, heartbeat).pid == os.getpid()
+    db.close()
