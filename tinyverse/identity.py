@@ -23,14 +23,15 @@ def folder() -> Path:
     return Path(cache) / "tinyverse" / "workers"
 
 
+def private(st: os.stat_result, kind=stat.S_ISREG) -> bool:
+    """Whether what ``st`` describes is of ``kind``, this user's, and closed to everyone else."""
+    return kind(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
 def unsafe(where: Path) -> str | None:
     """Why the folder cannot be trusted (a link, another owner, open to others), or None."""
-    try:
-        st = os.lstat(where)
-    except FileNotFoundError:
-        return None  # nothing there to trust or to fear
-    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077:
-        return None
+    if not os.path.lexists(where) or private(os.lstat(where), stat.S_ISDIR):
+        return None  # nothing there is nothing to fear: a worker makes it private
     return f"{where} is not a private folder of uid {os.getuid()} (mode 700): remove it"
 
 
@@ -47,31 +48,28 @@ def path_of(worker_id: str) -> Path:
 def write(db, info: dict) -> Path | None:
     """Write the token of the worker ``info`` describes, after sweeping those of gone workers; None
     (and a warning) where the folder is unsafe: ``clear`` then leaves the worker alone."""
-    where = folder()
+    path = path_of(info["id"])
+    where = path.parent
     try:
         os.makedirs(where, mode=0o700, exist_ok=True)
         if (why := unsafe(where)) is not None:
-            log.warning("no token for clear to stop this worker by: %s", why)
-            return None
+            raise PermissionError(why)
         sweep(where)
-        token = {key: info[key] for key in VOUCHES} | {"prefix": db.prefix, "db": database(db)}
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-        fd = os.open(path_of(info["id"]), flags, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except OSError as e:
         log.warning("no token for clear to stop this worker by: %s", e)
         return None
+    token = {key: info[key] for key in VOUCHES} | {"prefix": db.prefix, "db": database(db)}
     with os.fdopen(fd, "w") as f:
         json.dump(token, f)
-    return path_of(info["id"])
+    return path
 
 
 def read(path: Path) -> dict | None:
     """The token at ``path`` if it is a plain file of this user that only this user may use."""
     try:
         with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
-            st = os.fstat(f.fileno())
-            mine = stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
-            token = json.loads(f.read(4096)) if mine else None
+            token = json.loads(f.read(4096)) if private(os.fstat(f.fileno())) else None
     except (OSError, ValueError):  # missing, a link, half written, not JSON
         return None
     return token if isinstance(token, dict) else None
