@@ -124,7 +124,7 @@ class GnuGo:
         out = self.process.stdout.fileno()
         while b"\n\n" not in self.buffer:
             if not select.select([out], [], [], max(0.0, deadline - time.monotonic()))[0]:
-                self.close()
+                self.process.kill()  # stuck: it would not read a quit either
                 raise EngineError(f"GnuGo did not answer {line!r} within {self.timeout:g} s: raise its timeout")
             chunk = os.read(out, 4096)
             if not chunk:
