@@ -15,7 +15,7 @@ legal move would record one action and play another, and hide an agent that does
 Opponents (``parse_opponent``): ``random``; ``mcts:N``, OpenSpiel's C++ MCTS, N simulations of one random
 rollout each; ``gnugo:L``, GnuGo at level L over GTP (opponents.py); a callable ``policy(obs) -> action`` of
 the opponent's own observation; or an object with ``reset(seat, seed)``, ``move(state) -> action`` (None
-resigns: the agent wins) and ``close()``. Go: komi 7.5 (no draws), area scoring.
+resigns: the agent wins) and ``close()``. Go: komi 7.5, Tromp-Taylor scoring, a repeated position a draw.
 """
 
 import gymnasium as gym
@@ -28,12 +28,12 @@ try:
     from open_spiel.python.observation import make_observation
 except ImportError:
     raise ImportError("the board games need OpenSpiel: pip install -e '.[games]'", name="pyspiel") from None
-from opponents import MCTS, GnuGo, Random  # noqa: E402  (after the hint: it imports pyspiel too)
+from opponents import MCTS, GnuGo, Opponent, Random  # noqa: E402  (after the hint: it imports pyspiel too)
 
 BINARY = ("go", "tic_tac_toe", "connect_four", "othello", "breakthrough", "hex")  # 0/1 planes: a uint8 board
-# Go ends at two passes in a row, or at this many moves a point: OpenSpiel's default (2 a point, 162 on 9x9)
-# cut 16% of 1,000 random 9x9 games short, each scored mid-fight; 4 a point (324) cut 0.5%. Random play is where
-# every learner starts, and the moves array grows with it (324 int16, 648 bytes an observation).
+# Go ends at two passes in a row, or at this many moves a point: OpenSpiel's default (2 a point: 162 on 9x9) cut
+# 16% of 1,000 random 9x9 games short, each scored mid-fight; 4 a point (324) cut 0.5%. Random play is where every
+# learner starts; the moves array grows with it (324 int16, 648 bytes an observation).
 GO_MOVES_A_POINT = 4
 
 
@@ -81,7 +81,7 @@ class Observer:
         moves = gym.spaces.Box(-1, actions - 1, (game.max_game_length(),), np.int16 if actions < 2**15 else np.int32)
         mask = gym.spaces.Box(0, 1, (actions,), np.int8)
         self.space = gym.spaces.Dict(board=board, action_mask=mask, moves=moves, seat=gym.spaces.Discrete(2))
-        self.board = board  # read at every move: a Dict space's lookups cost more than the rest
+        self.board = board  # read at every move: outside the Dict space, whose lookups showed in profiles
         self.no_moves = np.full(moves.shape, -1, moves.dtype)
 
     def __call__(self, state: "pyspiel.State", seat: int) -> dict:
@@ -105,22 +105,16 @@ def replay(game: "pyspiel.Game", moves: np.ndarray) -> "pyspiel.State":
     return state
 
 
-class Policy:
+class Policy(Opponent):
     """A callable ``policy(obs) -> action`` (later: a stored snapshot of the agent) of its own seat's view."""
 
     def __init__(self, policy, game: "pyspiel.Game"):
         self.policy = policy
         self.observe = Observer(game)
 
-    def reset(self, seat: int, seed: int) -> None:
-        pass
-
     def move(self, state: "pyspiel.State") -> int | None:
         action = self.policy(self.observe(state, state.current_player()))
         return None if action is None else int(action)
-
-    def close(self) -> None:
-        pass
 
 
 def parse_opponent(spec, game: "pyspiel.Game"):
@@ -143,8 +137,9 @@ class GameEnv(gym.Env):
     """``game`` (``load``'s name and parameters) against ``opponent`` (``parse_opponent``'s); see the module."""
 
     metadata = {"render_modes": ["ansi"]}
+    render_mode = "ansi"  # render() returns the board as text
 
-    def __init__(self, game="go", opponent="random", seat=None, seed=None, render_mode=None, **params):
+    def __init__(self, game="go", opponent="random", seat=None, seed=None, **params):
         if seat not in (None, 0, 1):
             raise GameError(f"seat={seat!r}: choose 0 (moves first), 1, or None to alternate by episode")
         self.game = load(game, **params)
@@ -154,10 +149,8 @@ class GameEnv(gym.Env):
         self.opponent = parse_opponent(opponent, self.game)
         self.fixed_seat = seat
         self.first_seed = seed  # the first reset's, unless it gets its own
-        self.render_mode = render_mode
         self.episodes = 0
-        self.state = None
-        self.resigned = False
+        self.state = None  # no game before the first reset
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=self.first_seed if seed is None else seed)
@@ -189,7 +182,7 @@ class GameEnv(gym.Env):
                 return
             if action not in self.state.legal_actions():
                 raise GameError(f"the opponent chose the illegal action {action}: fix {type(self.opponent).__name__}")
-            self.state.apply_action(action)
+            self.state.apply_action(int(action))
 
     def _reward(self) -> float:
         """The agent's return at the end (an opponent that resigns loses), 0 before."""

@@ -1,7 +1,7 @@
 """The opponents of games.GameEnv that need no agent: uniform random, OpenSpiel's MCTS, GnuGo over GTP.
 
-Each has ``reset(seat, seed)`` (a new game in which it plays the other seat), ``move(state) -> action`` (None
-resigns) and ``close()``. GnuGo is Debian's ``apt-get install gnugo``, in /usr/games, off root's PATH.
+Each is an ``Opponent``: ``reset(seat, seed)``, ``move(state) -> action`` (None resigns), ``close()``.
+GnuGo is Debian's ``apt-get install gnugo``, in /usr/games, off root's PATH.
 """
 
 import os
@@ -24,7 +24,21 @@ class EngineError(TinyverseError):
     """A Go engine that cannot be started, does not answer in time, or refuses a move."""
 
 
-class Random:
+class Opponent:
+    """What games.GameEnv asks of an opponent; this base does nothing between moves."""
+
+    def reset(self, seat: int, seed: int) -> None:
+        """A new game, in which the opponent plays ``1 - seat``; ``seed`` seeds its randomness, if any."""
+
+    def move(self, state: "pyspiel.State") -> int | None:
+        """Its action in ``state`` (its turn), or None to resign."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Free what it holds (a subprocess)."""
+
+
+class Random(Opponent):
     """Uniform over the legal moves."""
 
     def reset(self, seat: int, seed: int) -> None:
@@ -34,11 +48,8 @@ class Random:
         legal = state.legal_actions()
         return legal[self.rng.integers(len(legal))]
 
-    def close(self) -> None:
-        pass
 
-
-class MCTS:
+class MCTS(Opponent):
     """OpenSpiel's C++ MCTS: ``simulations`` a move, each one random rollout, solving what it can reach."""
 
     def __init__(self, game: "pyspiel.Game", simulations: int, uct_c: float = 2.0):
@@ -55,9 +66,6 @@ class MCTS:
     def move(self, state: "pyspiel.State") -> int:
         return self.bot.step(state)
 
-    def close(self) -> None:
-        pass
-
 
 def vertex(action: int, size: int) -> str:
     """The GTP vertex of an OpenSpiel Go action: row-major from A1 (0) on, ``size * size`` is pass."""
@@ -71,9 +79,9 @@ def action(name: str, size: int) -> int:
     return (int(name[1:]) - 1) * size + COLUMNS.index(name[0].upper())
 
 
-class GnuGo:
-    """GnuGo at ``level`` (0-10) over GTP, Chinese (area) rules like OpenSpiel's, dead stones captured before
-    it passes, so the game OpenSpiel scores is the one GnuGo played. Each command waits ``timeout`` seconds."""
+class GnuGo(Opponent):
+    """GnuGo at ``level`` (0-10) over GTP, on Chinese (area) rules. OpenSpiel scores Tromp-Taylor, every stone
+    on the board alive: GnuGo captures all dead stones before it passes. A command waits ``timeout`` seconds."""
 
     def __init__(self, game: "pyspiel.Game", level: int = 1, timeout: float = 30.0, binary: str = GNUGO):
         params = game.get_parameters()

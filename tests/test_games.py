@@ -204,17 +204,19 @@ def gnugo_binary():
 @pytest.mark.parametrize("seat", [0, 1])
 def test_a_few_moves_against_the_real_gnugo_keep_both_boards_equal(gnugo_binary, seat):
     env = games.GameEnv("go", opponent="gnugo:1", seat=seat, seed=0)
-    obs, _ = env.reset()
-    agent = random_agent(seat)
-    for move in range(6):
-        action = 81 if move == 2 else agent(obs)  # a pass too: GnuGo plays on
-        obs, _, terminated, _, _ = env.step(action)
-        assert not terminated
-        black, white = openspiel_stones(env)
-        assert (gnugo_stones(env.opponent, "black"), gnugo_stones(env.opponent, "white")) == (black, white)
-    assert len(black | white) >= 8  # GnuGo's moves landed where it played them, and the agent's where it meant
-    process = env.opponent.process
-    env.close()
+    try:
+        obs, _ = env.reset()
+        agent = random_agent(seat)
+        for move in range(6):
+            action = 81 if move == 2 else agent(obs)  # a pass too: GnuGo plays on
+            obs, _, terminated, _, _ = env.step(action)
+            assert not terminated
+            black, white = openspiel_stones(env)
+            assert (gnugo_stones(env.opponent, "black"), gnugo_stones(env.opponent, "white")) == (black, white)
+        assert len(black | white) >= 8  # GnuGo's moves landed where it played them, the agent's where it meant
+    finally:
+        process = env.opponent.process
+        env.close()
     wait_for(lambda: process.poll() is not None, 10, "GnuGo to exit when the env closes")
 
 
