@@ -133,7 +133,7 @@ class GnuGo(Opponent):
         while b"\n\n" not in self.buffer:
             if not select.select([out], [], [], max(0.0, deadline - time.monotonic()))[0]:
                 self.process.kill()  # stuck: it would not read a quit either
-                raise EngineError(f"GnuGo did not answer {line!r} within {self.timeout:g} s: raise its timeout")
+                raise EngineError(f"GnuGo did not answer {line!r} within {self.timeout:g} s: raise GnuGo(timeout=...)")
             chunk = os.read(out, 4096)
             if not chunk:
                 raise self._exited(line)

@@ -8,15 +8,15 @@ import warnings
 import numpy as np
 import pytest
 from conftest import ROOT, _missing, optional, wait_for
+from gymnasium.utils.env_checker import check_env
+
+from tinyverse import TinyverseError
 
 pyspiel = optional("pyspiel")
 if str(ROOT / "examples") not in sys.path:  # as the loader makes them: examples/ importable
     sys.path.insert(0, str(ROOT / "examples"))
 import games  # noqa: E402
 import opponents  # noqa: E402
-from gymnasium.utils.env_checker import check_env  # noqa: E402
-
-from tinyverse import TinyverseError  # noqa: E402
 
 
 def random_agent(seed: int):
@@ -38,7 +38,8 @@ def script(*actions):
 
 def play(env, agent, obs) -> tuple[list, dict]:
     """Play ``agent`` from ``obs`` to the end: the rewards, the last info."""
-    rewards, terminated = [], False
+    rewards = []
+    terminated = False
     while not terminated:
         obs, reward, terminated, truncated, info = env.step(agent(obs))
         rewards.append(reward)
