@@ -135,6 +135,13 @@ class Proc:
     def alive(self) -> bool:
         return self.p.poll() is None
 
+    def running(self) -> bool:
+        """True while it runs; once it has exited, an AssertionError with its stderr, so that a wait on it fails
+        at once rather than at its timeout."""
+        if self.alive():
+            return True
+        raise AssertionError(f"{self.name} exited with code {self.p.returncode}:\n{self.stderr()}")
+
     def stop(self, timeout: float = 30.0, sig=signal.SIGTERM) -> int:
         """Send ``sig``; its exit code (AssertionError if it does not exit within ``timeout`` seconds)."""
         if self.alive():
@@ -220,6 +227,16 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def closed_port() -> int:
+    """A port of 127.0.0.1 that nothing listens on for the whole session: a socket of the suite's holds it bound
+    without listen(), so a connect is refused at once and no server (the suite's own included) can bind it. A port
+    from free_port() would be free only until some later server took it."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield held.getsockname()[1]
 
 
 class RedisServer:

@@ -27,9 +27,10 @@ CASES = [  # example, options, the optional package it needs (None: the examples
 
 
 @pytest.mark.parametrize("example, options, needs", CASES, ids=[f"{c[0]}-{'-'.join(c[1].values())}" for c in CASES])
-def test_the_environment_passes_gymnasiums_checker(example, options, needs):
+def test_the_environment_passes_gymnasiums_checker(example, options, needs, monkeypatch, tmp_path):
     if needs:
         optional(needs)
+    monkeypatch.chdir(tmp_path)  # ViZDoom writes _vizdoom.ini and _vizdoom/ into the working directory
     exp = load_experiment(str(EXAMPLES / example), None, options)
     env = exp.make_env()
     try:

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ROOT, cli_env, optional, run_cli
+from conftest import ROOT, cli_env, optional, run_cli, wait_for
 
 from tinyverse.database import connect
 
@@ -46,6 +46,12 @@ def test_examples_leave_the_pace_and_publishing_to_the_loops(example):
     assert exp.updates_per_step is not None and exp.updates_per_step > 0  # it declares its pace instead
 
 
+def waiting_player(db, after: float = 0.0) -> dict | None:
+    """The heartbeat, sent after the time ``after``, of a player that says it waits for the trainers."""
+    beats = [w for w in db.workers() if w["role"] == "player" and w["time"] > after]
+    return next((w for w in beats if "for the trainers" in (w.get("waiting") or "")), None)
+
+
 def test_player_waits_for_the_trainer_and_the_pace_holds(tmp_path):
     """A real player and trainer of cartpole_dqn.py: the player waits, the ratio stays within the slack."""
     exp, url = ROOT / "examples" / "cartpole_dqn.py", f"sqlite:///{tmp_path / 'pace.db'}"
@@ -68,8 +74,11 @@ def test_player_waits_for_the_trainer_and_the_pace_holds(tmp_path):
             assert max(0, played - starts) - u2 / ratio <= slack + T, (played, u2)  # one round of -b 1 past
             leads.append(max(0, played - starts) - u2 / ratio)
             if trainer is None and played >= starts + slack:  # the player must be waiting by now: no trainer yet
-                time.sleep(0.5)
-                assert db.count_sessions()[1] * T == played <= starts + slack + T, "the player did not wait"
+                first = wait_for(lambda: waiting_player(db), 30, "the player to wait for the trainers")
+                held = db.count_sessions()[1] * T
+                # a heartbeat 2 s later that still says it waits: its waiting loop went round, it played no round
+                wait_for(lambda t=first["time"]: waiting_player(db, t), 30, "a later heartbeat of the waiting player")
+                assert db.count_sessions()[1] * T == held <= starts + slack + T, "the player did not wait"
                 trainer = subprocess.Popen([*cmd, "train", "-n", "100", "--db", url], cwd=tmp_path, env=cli_env())
             time.sleep(0.05)
         _, err = player.communicate(timeout=60)

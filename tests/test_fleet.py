@@ -50,13 +50,15 @@ def test_run_stops_after_steps_publishes_and_evaluates(tmp_path):
 
 def test_two_trainers_merge_their_updates_into_the_stored_params(tmp_path):
     url = f"sqlite:///{tmp_path / 'fleet.db'}"
-    pace = ["--set", "updates_per_step=0.25", "--set", "pace_slack=32", "--set", "train_sleep=0.002"]
+    # 375 updates of 20 ms: the trainers run past their first report (every 2 s), whose push metrics are checked
+    pace = ["--set", "updates_per_step=0.25", "--set", "pace_slack=32", "--set", "train_sleep=0.02"]
     run_cli(FAKE, "run", "--trainers", "2", "-n", "1500", "--eval-episodes", "0", *pace, "--db", url, cwd=tmp_path)
     db = connect(url, "fake_experiment")
     updates = int(db.load_params()[1]["updates"][0])
     # each update adds 1 to a counter in the params: both trainers' pushes landed, none overwrote the other's
     assert updates == db.counter("updates") > 300
     reports = db.metrics("train")
+    assert reports, "the trainers reported no metrics"
     assert all(r["push_s"] >= 0 and r["push_conflicts"] >= 0 for r in reports)
 
 
@@ -65,13 +67,36 @@ def test_run_stops_at_target_return(tmp_path, target, reached):
     # episodes are truncated after 5 steps (CartPole cannot fall that fast): every return is 5
     url = f"sqlite:///{tmp_path / 'fleet.db'}"
     args = ["--target-return", target, "-n", "3000", "--eval-episodes", "0", "--set", "max_steps=5"]
-    out = run_cli(FAKE, "run", *args, "--db", url, cwd=tmp_path)
+    out = run_cli(FAKE, "run", *args, "--db", url, cwd=tmp_path, check=False)
     returns = [m["return"] for m in connect(url, "fake_experiment").metrics("episodes")]
     assert len(returns) >= 20 and set(returns) == {5.0}
     if reached:
+        assert out.returncode == 0, out.stderr
         assert f"run stopped: recent mean return 5.0 reached the target {target}" in out.stdout
-    else:
+    else:  # stopped by -n: a run with a target that it missed exits 1, saying why
         assert "run stopped: reached" in out.stdout and "target" not in out.stdout
+        assert out.returncode == 1
+        last = out.stderr.strip().splitlines()[-1]
+        assert re.fullmatch(
+            r"tinyverse: error: run stopped \(reached [\d,]+ env steps\) short of --target-return 5.5: .+", last
+        )
+
+
+def test_run_whose_workers_all_exit_before_its_target_exits_1(tmp_path):
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    args = ["--target-return", "1000", "--eval-episodes", "0", "--set", "max_steps=5", "--db", url]
+    run = Proc([FAKE, "run", *args], tmp_path, name="run")
+    try:
+        db = connect(url, "fake_experiment", retry_for=30)
+        wait_for(lambda: run.running() and len(db.workers()) == 2, 60, "a player and a trainer")
+        run_cli(FAKE, "clear", "--kill-players", "--kill-trainers", "--db", url, cwd=tmp_path)
+        code = run.p.wait(timeout=60)
+    finally:
+        run.kill()
+    assert "run stopped: every worker exited by itself" in run.stdout()
+    assert code == 1, run.stderr()
+    last = run.stderr().strip().splitlines()[-1]
+    assert last.startswith("tinyverse: error: run stopped (every worker exited by itself) short of --target-return")
 
 
 def test_run_restarts_a_crashing_worker_then_gives_up(tmp_path):
@@ -166,11 +191,9 @@ def test_info_shows_the_fleet(tmp_path):
     assert run_cli("info", "--db", url, cwd=tmp_path).stdout.startswith("[fake_experiment]")
 
 
-def test_info_says_when_redis_is_unreachable(tmp_path):
-    from conftest import free_port
-
+def test_info_says_when_redis_is_unreachable(tmp_path, closed_port):
     t0 = time.monotonic()
-    out = run_cli("info", "--db", f"redis://127.0.0.1:{free_port()}/0", cwd=tmp_path, check=False)
+    out = run_cli("info", "--db", f"redis://127.0.0.1:{closed_port}/0", cwd=tmp_path, check=False)
     assert out.returncode == 1 and time.monotonic() - t0 < 60
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("tinyverse: error: cannot reach database redis://127.0.0.1") and "--db" in last
@@ -282,12 +305,15 @@ def waiting(db, role: str, why: str) -> dict | None:
 
 def heartbeats_while_waiting(db, role: str, why: str, procs) -> dict:
     """Wait until a worker waits for ``why``, then for a later heartbeat that still says so."""
-    alive = lambda: all(p.alive() for p in procs) or AssertionError  # noqa: E731
+
+    def alive() -> bool:  # a worker that died fails the wait at once, with its stderr, not after its timeout
+        return all(p.running() for p in procs)
+
     first = wait_for(lambda: alive() and waiting(db, role, why), 60, f"a {role} waiting {why}")
     later = wait_for(
         lambda: alive() and (w := waiting(db, role, why)) and w["time"] > first["time"] and w, 30, "a later heartbeat"
     )
-    assert all(p.alive() for p in procs), [p.stderr() for p in procs]
+    assert alive()
     return later
 
 

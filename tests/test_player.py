@@ -1,7 +1,6 @@
 """The play loop, in-process with the fake experiment on every backend: what a player records, how it follows params."""
 
 import re
-import time
 
 import numpy as np
 import pytest
@@ -27,13 +26,18 @@ LAYOUT = {
 
 
 class Spy:
-    """The real database, with every batch of sessions a player adds kept in order."""
+    """The real database, with every batch of sessions a player adds kept in order, and its reads of the updates
+    counter counted: each look of the pace reads it once."""
 
     def __init__(self, db):
-        self.db, self.batches = db, []
+        self.db, self.batches, self.looks = db, [], 0
 
     def __getattr__(self, name):
         return getattr(self.db, name)
+
+    def counter(self, name):
+        self.looks += name == "updates"
+        return self.db.counter(name)
 
     def add_sessions(self, sessions, capacity=100_000):
         self.batches.append([{k: v.copy() for k, v in s.items()} for s in sessions])
@@ -232,12 +236,13 @@ def test_a_waiting_player_follows_new_params_and_says_so(db):
 def test_a_waiting_player_told_to_sync_every_few_rounds_keeps_its_params(db):
     # --sync-every S > 1 means what it says even while the player waits: its lag may grow (the lag benchmark)
     exp = FakeExperiment(db, updates_per_step=1, learning_starts=0, pace_slack=8)
-    thread, outcome = in_thread(lambda: play(exp, db, batch_size=2, sync_every=50))
+    spy = Spy(db)
+    thread, outcome = in_thread(lambda: play(exp, spy, batch_size=2, sync_every=50))
     try:
         wait_for(lambda: player_waiting(db), 30, "the player to wait for the trainers")
         db.save_params({"w": np.full((4, 2), 2.0, np.float32), "updates": np.array([1])})
-        wait_for(lambda: db.params_version() is not None, 30, "the params to be stored")
-        time.sleep(0.5)  # 25 polls of the waiting loop
+        looked = spy.looks
+        wait_for(lambda: spy.looks >= looked + 25, 30, "25 looks of the waiting loop at the pace since the params")
         assert exp.loads == 0 and not np.array_equal(exp.w, np.full((4, 2), 2.0))
     finally:
         for w in db.workers():

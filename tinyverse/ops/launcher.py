@@ -47,9 +47,13 @@ def mode_run(args):
             workers.append((f"{role}-{i}", [*argv, "--prefix", args.prefix, "-q"], env | index))
     judge = args.target_eval and (lambda: float(np.mean(evaluate(exp, db, args.target_eval, quiet=True))))
     watch = Watch(db, exp.session_length, args.steps, args.target_return, judge)
-    print(f"run stopped: {supervise(workers, spawn, watch, args.max_crashes)}")
+    reason = supervise(workers, spawn, watch, args.max_crashes)
+    print(f"run stopped: {reason}")
     if args.eval_episodes:
         evaluate(exp, db, args.eval_episodes, None)
+    if args.target_return is not None and not watch.reached:  # exit 1: CI sees it did not learn
+        target = f"--target-return {args.target_return:g}"
+        raise TinyverseError(f"run stopped ({reason}) short of {target}: info shows how far it got")
 
 
 def spawn_local(argv: list[str], env: dict[str, str], logfile: Path) -> subprocess.Popen:
@@ -142,6 +146,7 @@ class Watch:
         self.since = last[-1]["time"] if last else 0.0  # the target counts only this run's episodes
         self.steps0, self.started, self.tty = db.count_sessions().added * self.T, time.monotonic(), sys.stderr.isatty()
         self.judged, self.shown = self.started, Every(20.0)  # a greedy eval every 30 s; on no tty, a line every 20 s
+        self.reached = False  # whether it stopped because the target was reached
 
     def check(self) -> str | None:
         """Show progress; why the run should stop, or None."""
@@ -155,9 +160,11 @@ class Watch:
             score, self.judged = self.judge(), time.monotonic()
             log.info("greedy eval: mean return %.1f (target %g)", score, self.target)
             if score >= self.target:
+                self.reached = True
                 return f"greedy eval's mean return {score:.1f} reached the target {self.target}"
         if self.target is not None and not self.judge and len(fresh := self.db.recent_returns(20, self.since)) >= 20:
             if np.mean(fresh) >= self.target:  # before the steps' limit: the run reached its goal
+                self.reached = True
                 return f"recent mean return {np.mean(fresh):.1f} reached the target {self.target}"
         if self.max_steps is not None and steps >= self.max_steps:
             return f"reached {steps:,} env steps"
