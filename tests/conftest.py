@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -25,6 +26,10 @@ REDIS_PASSWORD = "secret"  # the password of the locked_redis server
 NAMESPACES = "tinyverse:namespaces"  # the Redis set that lists the prefixes holding data
 # every process the suite starts inherits this: .ci/leftovers finds the suite's processes by it
 os.environ["TV_TEST_SUITE"] = str(ROOT)
+# workers keep their identity tokens under $XDG_CACHE_HOME (tinyverse/identity.py): the suite's go to a folder of its
+# own, removed at the end, never into the user's ~/.cache
+CACHE = tempfile.mkdtemp(prefix="tinyverse-cache-")
+os.environ["XDG_CACHE_HOME"] = CACHE
 
 _skipped_redis: list[str] = []  # why the Redis half was skipped (one summary line at the end)
 
@@ -316,6 +321,10 @@ def purge(name: str) -> None:
     if keys:
         client.unlink(*keys)
     client.srem(NAMESPACES, name)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(CACHE, ignore_errors=True)
 
 
 def pytest_terminal_summary(terminalreporter):
