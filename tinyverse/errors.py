@@ -1,8 +1,10 @@
 """Every error tinyverse raises on purpose: one line naming the problem and the fix."""
 
+import re
 import time
-from urllib.parse import urlsplit
+from urllib.parse import unquote_plus
 
+SECRET = re.compile("password|auth|token|secret", re.IGNORECASE)  # query items whose value is masked
 INVOKED = {"experiment": "EXPERIMENT.py", "prefix": None}  # set by the CLI: hints name the command as it was typed
 
 
@@ -13,9 +15,29 @@ def command(rest: str) -> str:
 
 
 def masked(url: str) -> str:
-    """``url`` with its password replaced by ``***``: safe to print in any message."""
-    password = urlsplit(url).password
-    return url if password is None else url.replace(f":{password}@", ":***@", 1)
+    """``url`` with every secret in it replaced by ``***``, safe to print: the password of its userinfo (all of a
+    userinfo without one: a token may stand there), the value of each query item whose name says password, auth,
+    token or secret (``?password=``, ``ssl_password``), and its fragment (which reaches no server)."""
+    found = re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", url)
+    scheme = found[0] if found else ""
+    rest = url[len(scheme) :]
+    netloc = re.match(r"[^/?#]*", rest)[0]  # where urlsplit ends it
+    if "@" in (after := rest[len(netloc) :]):  # a password's unencoded / ? or #, or an @ in a query value: hide all
+        return f"{scheme}***"
+    userinfo, at, host = netloc.rpartition("@")
+    if at:
+        user, colon, _ = userinfo.partition(":")
+        userinfo = f"{user}:***" if colon else "***"
+    after, hashed, _ = after.partition("#")
+    path, asked, query = after.partition("?")
+    items = [_masked_item(item) for item in query.split("&")] if asked else []
+    return f"{scheme}{userinfo}{at}{host}{path}{asked}{'&'.join(items)}{'#***' if hashed else ''}"
+
+
+def _masked_item(item: str) -> str:
+    name, _, value = item.partition("=")
+    clean = unquote_plus(re.sub("[\t\r\n]", "", name))  # the name redis-py reads: urlsplit drops tabs, newlines
+    return f"{name}=***" if value and SECRET.search(clean) else item
 
 
 class Every:
