@@ -1,13 +1,20 @@
-"""Pick a backend by URL: ``sqlite:///file.db`` or ``redis://[:password@]host:port/db``."""
+"""Pick a backend by URL: ``sqlite:///file.db`` or ``redis://[:password@]host:port/db``, checked here."""
 
 import os
+import re
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote, urlsplit
 
 from ..errors import DatabaseError, masked
 from .base import Database
 
 DEFAULT_URL = "sqlite:///tinyverse.db"
+SCHEMES = ("sqlite://", "redis://", "rediss://", "unix://")
+# the query items of a Redis URL: redis-py's keywords that tinyverse works with, and its own replica
+QUERY = {"replica", "db", "username", "password", "client_name", "socket_keepalive"}
+QUERY |= {"health_check_interval", "socket_timeout", "socket_connect_timeout"}
+TLS = {"ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_password", "ssl_cert_reqs"}
+WHOLE = {"db", "health_check_interval"}  # read as int by redis-py (the timeouts as float)
 
 
 def connect(
@@ -20,23 +27,85 @@ def connect(
         from .sqlite import SQLiteDatabase
 
         return SQLiteDatabase(url, prefix, retry_for, create)
-    if url.startswith(("redis://", "rediss://", "unix://")):
-        from .redis import RedisDatabase
+    from .redis import RedisDatabase
 
-        return RedisDatabase(url, prefix, retry_for)
-    raise DatabaseError(f"unknown database URL {masked(url)!r}: use sqlite:///path/to/file.db or redis://host:6379/0")
+    return RedisDatabase(url, prefix, retry_for)
 
 
 def url_from(url: str | None, host=None, port=None, password=None, tls_ca=None) -> str:
-    """The URL of ``--db`` (else $TINYVERSE_DB, else ./tinyverse.db), or of ``--host/--port/--password``; ``--tls-ca``:
-    TLS to Redis (rediss://), with the CA certificate that signed the server's."""
-    url = url or os.environ.get("TINYVERSE_DB") or DEFAULT_URL
-    if host or port or password:
-        auth = f":{quote(password, safe='')}@" if password else ""
-        url = f"redis://{auth}{host or 'localhost'}:{port or 6379}/0"
-    if tls_ca:  # redis-py reads the CA from the URL's query
+    """The URL of ``--db`` (else $TINYVERSE_DB, else ./tinyverse.db), or of ``--host/--port/--password``,
+    which override $TINYVERSE_DB (with ``--db``, they are refused); ``--tls-ca``: TLS to Redis (rediss://),
+    with the CA certificate that signed the server's. A URL its backend would misread is a DatabaseError."""
+    flags = {"--host": host, "--port": port, "--password": password}
+    if server := [flag for flag, value in flags.items() if value is not None]:
+        if url is not None:
+            fix = "pass the URL alone (its password in it), or --host/--port/--password alone"
+            raise DatabaseError(f"--db and {server[0]} both name the database: {fix}")
+        url = _server_url(host, port, password)
+    url = (os.environ.get("TINYVERSE_DB") or DEFAULT_URL) if url is None else url
+    if tls_ca is not None:  # redis-py reads the CA from the URL's query
         path = Path(tls_ca).resolve()
         if not path.is_file() or not url.startswith(("redis://", "rediss://")):
             raise DatabaseError(f"--tls-ca {tls_ca}: want the CA certificate file (PEM) of a Redis server")
         url = f"rediss://{url.split('://', 1)[1]}{'&' if '?' in url else '?'}ssl_ca_certs={quote(str(path))}"
+    return checked(url)
+
+
+def _server_url(host: str | None, port: int | None, password: str | None) -> str:
+    """The Redis URL of ``--host``, ``--port`` and ``--password``."""
+    name = (host or "localhost").removeprefix("[").removesuffix("]")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+|[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*", name):
+        raise DatabaseError(f"--host {host!r}: want a host name or an IP address (a port goes in --port)")
+    if password == "":
+        raise DatabaseError("--password is empty: give the password, or leave --password out")
+    auth = "" if password is None else f":{quote(password, safe='')}@"
+    return f"redis://{auth}{f'[{name}]' if ':' in name else name}:{6379 if port is None else port}/0"
+
+
+def checked(url: str) -> str:
+    """``url`` if its backend reads it as written; else a DatabaseError that names what to fix."""
+    if not url.startswith(SCHEMES) or re.search(r"[\x00-\x1f\x7f]", url):  # a control character: a paste gone wrong
+        fix = "use sqlite:///path/to/file.db or redis://host:6379/0"
+        raise DatabaseError(f"unknown database URL {masked(url)!r}: {fix}")
+    if url.startswith("sqlite://"):
+        path = Path(url.removeprefix("sqlite://").removeprefix("/") or "tinyverse.db")  # as SQLiteDatabase
+        if set(str(path)) & set("?#") or path.is_dir():
+            raise DatabaseError(f"SQLite URL {masked(url)}: want a file's path (no ? or #): sqlite:///dir/file.db")
+        return url
+    try:
+        port = (parts := urlsplit(url)).port
+    except ValueError as e:  # an unclosed [IPv6, a port out of 0-65535 or not a number
+        port, problem = None, str(e)
+    else:
+        problem = _problem(parts)
+    if port == 0:
+        problem = "port 0: want 1 to 65535"
+    if problem:
+        raise DatabaseError(f"bad Redis URL {masked(url)}: {problem}")
     return url
+
+
+def _problem(parts) -> str | None:
+    """What is wrong with a Redis URL, split by urlsplit, if anything."""
+    if "@" in parts.path + parts.query or parts.fragment:  # a password cut short by urlsplit
+        return "an @ or # past the host: percent-encode / ? # @ & in a password (%2F %3F %23 %40 %26)"
+    if parts.scheme != "unix" and not re.fullmatch(r"/?[0-9]*", parts.path):
+        return f"DB index {parts.path[1:]!r}: want a whole number, e.g. redis://host:6379/0"
+    if parts.scheme == "unix" and not parts.path:
+        return "no socket: unix:///path/to/redis.sock"
+    items = parse_qsl(parts.query, keep_blank_values=True)
+    names, known = [name for name, _ in items], QUERY | (TLS if parts.scheme == "rediss" else set())
+    given = {"db": parts.scheme != "unix" and parts.path.strip("/"), "password": parts.password}
+    given |= {"username": parts.username}  # in the URL's path or userinfo: redis-py would take one silently
+    for name, value in items:
+        if name not in known:
+            return f"unknown query item {name!r} (tinyverse takes {', '.join(sorted(known))})"
+        if names.count(name) > 1 or given.get(name):
+            return f"{name} given twice: keep one"
+        if not value:
+            return f"{name} has no value"
+        if name in WHOLE and not re.fullmatch(r"[0-9]{1,9}", value):
+            return f"{name}={value!r}: want a whole number"
+        if name.endswith("_timeout") and not (re.fullmatch(r"[0-9]*\.?[0-9]+", value) and float(value) > 0):
+            return f"{name}={value!r}: want seconds, more than 0"
+    return None
