@@ -73,13 +73,9 @@ def checked(url: str) -> str:
             raise DatabaseError(f"SQLite URL {masked(url)}: want a file's path (no ? or #): sqlite:///dir/file.db")
         return url
     try:
-        port = (parts := urlsplit(url)).port
-    except ValueError as e:  # an unclosed [IPv6, a port out of 0-65535 or not a number
-        port, problem = None, str(e)
-    else:
-        problem = _problem(parts)
-    if port == 0:
-        problem = "port 0: want 1 to 65535"
+        problem = _problem(urlsplit(url))
+    except ValueError as e:  # an unclosed [IPv6
+        problem = str(e)
     if problem:
         raise DatabaseError(f"bad Redis URL {masked(url)}: {problem}")
     return url
@@ -89,6 +85,11 @@ def _problem(parts) -> str | None:
     """What is wrong with a Redis URL, split by urlsplit, if anything."""
     if "@" in parts.path + parts.query or parts.fragment:  # a password cut short by urlsplit
         return "an @ or # past the host: percent-encode / ? # @ & in a password (%2F %3F %23 %40 %26)"
+    try:
+        if parts.port == 0:
+            return "port 0: want 1 to 65535"
+    except ValueError as e:  # not a number, or past 65535 (the host is whole: the port holds no password)
+        return str(e)
     if parts.scheme != "unix" and not re.fullmatch(r"/?[0-9]*", parts.path):
         return f"DB index {parts.path[1:]!r}: want a whole number, e.g. redis://host:6379/0"
     if parts.scheme == "unix" and not parts.path:
