@@ -51,7 +51,7 @@ def output(text: str) -> str:
     """A file to write: in a folder that exists and takes files, and no folder itself."""
     path = Path(text)
     if not text or path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is a folder: name a file, e.g. {path / 'out'}")
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder: name a file in it")
     if not path.parent.is_dir():
         raise argparse.ArgumentTypeError(f"no folder {path.parent} to write {text} in: create it first")
     if not os.access(path.parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
