@@ -59,17 +59,20 @@ RAW = argparse.RawDescriptionHelpFormatter
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line, like every other tinyverse error, with no secret in it."""
+    """argparse whose usage errors are one line, as every tinyverse error, with no secret in it."""
 
     def parse_args(self, args=None, namespace=None):
         parsed, extra = self.parse_known_args(args, namespace)
         if extra:  # what follows a mistyped flag may be its password (--pasword PW): not shown
-            hidden = ["***" if a.startswith("-") and not b.startswith("-") else b for a, b in pairwise(extra)]
-            self.error(f"unrecognized arguments: {' '.join([extra[0], *hidden])}")
+            shown = [extra[0]]
+            for before, word in pairwise(extra):
+                shown.append("***" if before.startswith("-") and not word.startswith("-") else word)
+            self.error(f"unrecognized arguments: {' '.join(shown)}")
         return parsed
 
     def error(self, message):
-        message = re.sub(r"(?<!\S)(--?[A-Za-z][\w-]*=)\S+", r"\1***", message)  # --pasword=PW, --pa=PW
+        flag_and_value = r"(?<!\S)(--?[A-Za-z][\w-]*=)\S+"  # --pasword=PW, or an ambiguous --pa=PW
+        message = re.sub(flag_and_value, r"\1***", message)
         message = re.sub(r"\S*://\S*", lambda found: masked(found[0]), message)
         raise TinyverseError(f"{message} (see python -m tinyverse --help)")
 
@@ -82,7 +85,7 @@ def build_parser(epilog: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--db", dest="url", help=urls)
     g.add_argument("--host", help="Redis host: shorthand for --db redis://HOST:PORT/0")
     g.add_argument("--port", **within(1, 65535), help="Redis port (default 6379)")
-    g.add_argument("--password", help="Redis password")
+    g.add_argument("--password", help="Redis password (ps shows it: prefer $TINYVERSE_DB)")
     g.add_argument("--tls-ca", metavar="FILE", help="TLS to Redis: the CA certificate that signed the server's")
     g.add_argument("--prefix", "--key-prefix", help="namespace in the database (default: the experiment's name)")
     common.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
@@ -118,7 +121,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if args.mode in NEEDS_EXPERIMENT and experiment is None:
         raise TinyverseError(f"{args.mode} needs an experiment: python -m tinyverse EXPERIMENT.py {args.mode}")
     args.experiment, args.options = experiment, dict(getattr(args, "options", []))
-    args.prefix_given = args.prefix is not None  # "" included: refused as a bad prefix, not taken for none
+    args.prefix_given = args.prefix is not None  # "" too: refused as a bad prefix, not read as none
     if not args.prefix_given:
         args.prefix = Path(experiment).stem if experiment else "tinyverse"
     errors.INVOKED.update(experiment=experiment or "EXPERIMENT.py", prefix=args.prefix if args.prefix_given else None)

@@ -4,7 +4,8 @@ import re
 import time
 from urllib.parse import unquote_plus
 
-SECRET = re.compile("password|auth|token|secret", re.IGNORECASE)  # query items whose value is masked
+# the query items whose value masked() hides
+SECRET = re.compile("password|auth|token|secret", re.IGNORECASE)
 INVOKED = {"experiment": "EXPERIMENT.py", "prefix": None}  # set by the CLI: hints name the command as it was typed
 
 
@@ -15,14 +16,15 @@ def command(rest: str) -> str:
 
 
 def masked(url: str) -> str:
-    """``url`` with every secret in it replaced by ``***``, safe to print: the password of its userinfo (all of a
-    userinfo without one: a token may stand there), the value of each query item whose name says password, auth,
-    token or secret (``?password=``, ``ssl_password``), and its fragment (which reaches no server)."""
+    """``url`` with each secret in it as ``***``, safe to print: its userinfo's password (all of a
+    userinfo without one: a token may stand there), the value of each query item whose name says
+    password, auth, token or secret (``?password=``, ``ssl_password=``), and its fragment."""
     found = re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", url)
     scheme = found[0] if found else ""
     rest = url[len(scheme) :]
     netloc = re.match(r"[^/?#]*", rest)[0]  # where urlsplit ends it
-    if "@" in (after := rest[len(netloc) :]):  # a password's unencoded / ? or #, or an @ in a query value: hide all
+    after = rest[len(netloc) :]
+    if "@" in after:  # a password's unencoded / ? or # split it, or a query value holds an @
         return f"{scheme}***"
     userinfo, at, host = netloc.rpartition("@")
     if at:
@@ -36,8 +38,8 @@ def masked(url: str) -> str:
 
 def _masked_item(item: str) -> str:
     name, _, value = item.partition("=")
-    clean = unquote_plus(re.sub("[\t\r\n]", "", name))  # the name redis-py reads: urlsplit drops tabs, newlines
-    return f"{name}=***" if value and SECRET.search(clean) else item
+    read = unquote_plus(re.sub("[\t\r\n]", "", name))  # as redis-py reads it: urlsplit drops these
+    return f"{name}=***" if value and SECRET.search(read) else item
 
 
 class Every:

@@ -29,12 +29,13 @@ def mode_export(args):
     path = Path(args.output or f"{name}.safetensors")
     part = path.with_name(f".{path.name}.part")  # the file appears whole or not at all
     st = _safetensors()
-    try:  # np.require keeps a 0-d array 0-d (np.ascontiguousarray makes it 1-d)
-        st.numpy.save_file({k: np.require(v, requirements="C") for k, v in params.items()}, part, metadata=meta)
+    arrays = {k: np.require(v, requirements="C") for k, v in params.items()}  # 0-d stays 0-d
+    try:
+        st.numpy.save_file(arrays, part, metadata=meta)
         os.replace(part, path)
     except (ValueError, TypeError) as e:  # a dtype safetensors does not know, such as complex
         raise TinyverseError(f"cannot write params as safetensors ({e})") from None
-    except (OSError, st.SafetensorError) as e:  # a folder, a missing folder, no permission, a full disk
+    except (OSError, st.SafetensorError) as e:  # a folder, no folder, no permission, a full disk
         raise TinyverseError(f"cannot write {path} ({e}): pick another -o") from None
     finally:
         part.unlink(missing_ok=True)
@@ -85,19 +86,20 @@ def load(path: str, experiment: str, options: dict[str, str]) -> tuple[Experimen
 
 
 def _checked(path: str, meta: dict[str, str]) -> dict:
-    """The file's metadata, its options as a dict; a field that is not as export writes it is one line."""
+    """The file's metadata, its options a dict; a field not as export writes it is one line."""
     if meta.get("format") != FORMAT:
-        raise TinyverseError(f"{path} holds no tinyverse params (no {FORMAT} metadata): export it with tinyverse")
+        fix = "export it with tinyverse"
+        raise TinyverseError(f"{path} holds no tinyverse params (no {FORMAT} metadata): {fix}")
     version = meta.get("version", "")
     if not re.fullmatch(r"[0-9]{1,19}", version) or int(version) > MAX_VERSION:
-        fix = "want a whole number up to 2^62 (room for the versions that follow below 2^63): export it again"
+        fix = "want a whole number up to 2^62 (room below 2^63 for the next ones): export it again"
         raise TinyverseError(f"{path} has params version {version[:40]!r}: {fix}")
     try:
         options = json.loads(meta.get("options") or "null")
     except ValueError:
         options = ""
     if options is not None and not isinstance(options, dict):
-        raise TinyverseError(f"{path} has options that are no JSON object of NAME: VALUE: export it again")
+        raise TinyverseError(f"{path} has options that are no JSON object: export it again")
     return {**meta, "options": options}
 
 

@@ -141,9 +141,9 @@ def mode_plot(args):
         from matplotlib.figure import Figure
     except ImportError:
         raise TinyverseError("plot needs matplotlib: pip install 'tinyverse[plot]'") from None
-    kinds = Figure().canvas.get_supported_filetypes()  # before drawing: an image it cannot write is said at once
+    kinds = sorted(Figure().canvas.get_supported_filetypes())  # said before drawing
     if Path(args.output).suffix.lower().removeprefix(".") not in kinds:
-        raise TinyverseError(f"plot -o {args.output}: matplotlib writes .{', .'.join(sorted(kinds))}: end it so")
+        raise TinyverseError(f"plot -o {args.output}: want an image ending .{', .'.join(kinds)}")
     db = connect(args.url, args.prefix, retry_for=5, create=False)
     if not (episodes := db.metrics("episodes")):
         raise TinyverseError(f"no episode returns stored under prefix {db.prefix!r}: play first, or check --prefix")
