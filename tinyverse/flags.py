@@ -66,8 +66,9 @@ ON = {"action": "store_true"}  # a switch: --x
 BOTH = {"action": argparse.BooleanOptionalAction}  # a switch: --x or --no-x
 ENVS = within(1, MAX_ENVS, " environments a player (start more players)")
 BATCH = within(1, MAX_BATCH, " sessions a minibatch (the most a buffer keeps by default)")
-PROCESSES = within(1, MAX_PROCESSES, " processes")
-BUFFER = ("--buffer-size", within(1, MAX_BUFFER, " sessions"), "sessions the database keeps")
+PROCESSES = within(1, MAX_PROCESSES, " processes a run")
+BUFFER_SIZE = within(1, MAX_BUFFER, " sessions (10 GB of Redis memory at 1 kB each)")
+BUFFER = ("--buffer-size", BUFFER_SIZE, "sessions the database keeps, for every worker")
 SYNC = ("--sync", BOTH, "take the merged params after each push (default: once another pushed)")
 SEED = within(0, 2**63 - 1)
 # mode -> (flags, add_argument's keywords, help): beside the database and experiment groups
@@ -106,7 +107,7 @@ FLAGS = {
         ("--record", {"default": "records"}, "directory for mp4 videos (default ./records)"),
         ("--no-record", ON, "no video"),
         ("--seed", SEED, "seed of the first episode"),
-        ("--params", {"metavar": "FILE"}, "play the params of this file (of export), no database"),
+        ("--params", {"metavar": "FILE"}, "play this file's params (from export), no database"),
     ],
     "info": [
         ("--watch", {"type": seconds, "nargs": "?", "const": 2.0}, "refresh every N s (default 2)"),
