@@ -1,5 +1,6 @@
 """The runner end to end: real ``python -m tinyverse`` subprocesses on real databases."""
 
+import os
 import re
 import signal
 import socket
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 from conftest import REDIS_PASSWORD, Proc, cli_env, free_port, run_cli, sets, spawn, wait_for
 
+from tinyverse.cli import main
 from tinyverse.database import connect
 from tinyverse.encoding import decode
 
@@ -637,3 +639,86 @@ def test_buffer_size_changes_the_stored_capacity_and_says_so(tmp_path):
     assert "500" in said and str(before) in said and "every worker" in said
     again = cli(EXP, "play", "-n", 1, "--buffer-size", 500, cwd=tmp_path)
     assert db.capacity() == 500 and "buffer size" not in again.stderr, "said only when it changes"
+
+
+# -- the command line's edge: each value checked where it comes in, one line, no secret --------------------------------
+SECRET = "hunter2"  # typed on the command lines below: never printed
+EDGE = {
+    "--db with --port and --password": (["info", "--db", "redis://h:6379/11", "--port", "6380", "--password", SECRET],
+                                        ["--db and --port", "--host/--port/--password alone"]),
+    "a DB index that is no number": (["info", "--db", "redis://h:6379/1x"], ["DB index '1x'", "whole number"]),
+    "port 0 in the URL": (["info", "--db", "redis://h:0/0"], ["port 0", "65535"]),
+    "a port past 65535 in the URL": (["info", "--db", "redis://h:99999/0"], ["out of range"]),
+    "a port that is no number": (["info", "--db", f"redis://:{SECRET}@h:abc/0"], ["'abc'", ":***@"]),
+    "--port 0": (["info", "--port", "0"], ["--port", "at least 1"]),
+    "--port past 65535": (["info", "--port", "70000"], ["--port", "at most 65,535"]),
+    "--host with a port": (["info", "--host", "h:6380"], ["--host 'h:6380'", "--port"]),
+    "an empty --password": (["info", "--password", ""], ["--password is empty"]),
+    "a sqlite URL with a query": (["info", "--db", "sqlite:///x.db?mode=ro"], ["no ? or #"]),
+    "a sqlite URL of a folder": (["info", "--db", "sqlite:///adir"], ["want a file's path"]),
+    "an unknown query item": (["info", "--db", f"redis://h/0?password={SECRET}&x=1"], ["'x'", "password=***"]),
+    "a TLS password on redis://": (["info", "--db", f"redis://h/0?ssl_password={SECRET}"], ["'ssl_password'"]),
+    "a mistyped --password": (["info", "--pasword", SECRET], ["unrecognized arguments: --pasword ***"]),
+    "a mistyped --password=": (["info", f"--pasword={SECRET}"], ["--pasword=***"]),
+    "an empty prefix": (["clear", "--del-sessions", "--prefix", ""], ["bad prefix ''"]),
+    "a glob prefix *": (["clear", "--del-sessions", "--prefix", "*"], ["bad prefix '*'"]),
+    "a glob prefix [": (["clear", "--all", "--prefix", "run[12]"], ["bad prefix 'run[12]'"]),
+    "play -b 1e9": ([EXP, "play", "-b", "1000000000"], ["at most 10,000", "start more players"]),
+    "run -b 1e9": ([EXP, "run", "-b", "1000000000"], ["at most 10,000"]),
+    "train -b past 1e6": ([EXP, "train", "-b", "1000001"], ["-b/--batch-size", "at most 1,000,000"]),
+    "run --train-batch past 1e6": ([EXP, "run", "--train-batch", "1000001"], ["--train-batch", "1,000,000"]),
+    "--buffer-size past 1e7": ([EXP, "play", "--buffer-size", "10000001"], ["at most 10,000,000"]),
+    "run --players 1e6": ([EXP, "run", "--players", "1000000"], ["--players", "at most 1,000"]),
+    "a count past 2^63": ([EXP, "play", "-n", "9" * 30], ["-n/--rounds", "at most"]),
+    "a negative seed": ([EXP, "play", "--seed", "-1"], ["--seed", "at least 0"]),
+    "--target-return nan": ([EXP, "run", "--target-return", "nan"], ["--target-return", "finite"]),
+    "info --watch -1": (["info", "--watch", "-1"], ["--watch", "0.1 to 86400"]),
+    "info --watch 0": (["info", "--watch", "0"], ["--watch", "0.1 to 86400"]),
+    "info --watch nan": (["info", "--watch", "nan"], ["--watch", "finite"]),
+    "plot -o of an unknown type": (["plot", "-o", "curve.xyz"], ["curve.xyz", ".png", ".svg"]),
+    "plot -o without a type": (["plot", "-o", "curve"], ["plot -o curve:", ".png"]),
+    "plot -o into a missing folder": (["plot", "-o", "missing/curve.png"], ["-o/--output", "no folder missing"]),
+    "plot -o onto a folder": (["plot", "-o", "adir"], ["-o/--output", "'adir' is a folder"]),
+    "export -o onto a folder": ([EXP, "export", "-o", "adir"], ["-o/--output", "'adir' is a folder"]),
+    "export -o into a missing folder": ([EXP, "export", "-o", "missing/a.safetensors"], ["no folder missing"]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", EDGE)
+def test_what_the_command_line_reads_is_checked_in_one_line(case, tmp_path, monkeypatch, capsys):
+    args, words = EDGE[case]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TINYVERSE_DB", raising=False)
+    (tmp_path / "adir").mkdir()
+    assert main([str(a) for a in args]) == 1
+    out, err = capsys.readouterr()
+    line = one_error_line(err)
+    for w in words:
+        assert w in line, f"{w!r} missing from: {line}"
+    assert SECRET not in out + err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir"], "nothing ran: no database, no file"
+
+
+@pytest.mark.parametrize("mode", [["plot", "-o"], [EXP, "export", "-o"]])
+def test_an_output_file_in_a_folder_without_write_permission_is_one_line(mode, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    try:
+        if os.access(locked, os.W_OK):
+            pytest.skip("this user (root) writes into any folder: no folder refuses it")
+        sqlite_db(tmp_path)
+        proc = cli(*mode, locked / "out.png", cwd=tmp_path, check=False)
+        assert proc.returncode == 1 and "cannot write" in one_error_line(proc)
+    finally:
+        locked.chmod(0o755)
+
+
+def test_secrets_in_a_url_query_or_userinfo_never_show(tmp_path, locked_redis):
+    where = f"127.0.0.1:{locked_redis.port}/0"
+    cli(EXP, "play", "-b", 1, "-n", 1, "--db", f"redis://{where}?password={PASSWORD}", cwd=tmp_path)
+    info = cli("info", "--db", f"redis://{where}?password={PASSWORD}", cwd=tmp_path)
+    assert f"[{PREFIX}] redis://{where}?password=***" in info.stdout and PASSWORD not in info.stdout + info.stderr
+    for url in (f"redis://{where}?password=wr0ngpw", f"redis://wr0ngpw@{where}", f"redis://:wr0ngpw@{where}"):
+        proc = cli("info", "--db", url, cwd=tmp_path, check=False, timeout=20)
+        assert proc.returncode == 1 and "wr0ngpw" not in proc.stdout + proc.stderr
+        assert "***" in one_error_line(proc)

@@ -3,13 +3,16 @@
 import argparse
 import logging
 import os
+import re
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 from . import __version__, errors
 from .database import connect, url_from
-from .errors import TinyverseError
+from .errors import TinyverseError, masked
 from .evaluation import evaluate
+from .flags import FLAGS, within
 from .loader import load_experiment, parse_set
 from .ops import export, launcher, monitor, stop
 from .player import play
@@ -52,79 +55,25 @@ MODES = {"play": mode_play, "train": mode_train, "run": launcher.mode_run, "eval
 MODES |= {"clear": stop.mode_clear, "info": monitor.mode_info, "plot": monitor.mode_plot}
 MODES |= {"export": export.mode_export, "import": export.mode_import}
 NEEDS_EXPERIMENT = {"play", "train", "run", "eval", "export", "import"}
-
-
-def _count(text: str, least: int = 1) -> int:
-    if not text.strip().lstrip("-").isdigit() or int(text) < least:
-        raise argparse.ArgumentTypeError(f"want a whole number of at least {least}, got {text!r}")
-    return int(text)
-
-
-ONE, ZERO = {"type": _count}, {"type": lambda text: _count(text, least=0)}  # add_argument's keywords of a count
 RAW = argparse.RawDescriptionHelpFormatter
-ON, BOTH = {"action": "store_true"}, {"action": argparse.BooleanOptionalAction}  # of a switch: --x, or --x/--no-x
-BUFFER = ("--buffer-size", ONE, "sessions the database keeps, for every worker")
-SYNC = ("--sync", BOTH, "take the merged params after each push (default: once another trainer pushed)")
-# mode -> (flags, add_argument's keywords, help): the flags beside the database and experiment groups
-FLAGS = {
-    "play": [
-        ("-b --batch-size", ONE, "environments played at once (default: experiment's)"),
-        ("-n --rounds", ONE, "rounds (one session per environment each), then exit"),
-        ("-s --sync-every", ONE | {"default": 1}, "check for new params every S rounds"),
-        ("--seed", {"type": int}, "seed of the environments"),
-        BUFFER,
-    ],
-    "train": [
-        ("-b --batch-size", ONE, "sessions per minibatch (default: experiment's)"),
-        ("-n --updates", ONE, "updates to run, then exit"),
-        ("-s --save-every", ONE, "publish params every S updates (default 100)"),
-        ("--logdir", {}, "also write TensorBoard event files here"),
-        BUFFER,
-        SYNC,
-    ],
-    "run": [
-        ("--players", ONE | {"default": 1}, "player processes (default 1)"),
-        ("-b --batch-size", ONE, "environments per player (default: experiment's)"),
-        ("--trainers", ONE | {"default": 1}, "trainer processes (default 1)"),
-        ("--train-batch", ONE, "sessions per minibatch (default: experiment's)"),
-        ("-n --steps", ONE, "stop after this many env steps (all players together)"),
-        ("--target-return", {"type": float}, "stop once the mean of 20 recent returns reaches it"),
-        ("--target-eval", ONE, "hold --target-return against N greedy episodes every 30 s instead"),
-        ("--max-crashes", ONE | {"default": 5}, "crashes of one worker in 2 min that end the run"),
-        ("--ray", {"metavar": "ADDRESS"}, "workers as Ray tasks over the Ray cluster at ADDRESS (auto, HOST:PORT)"),
-        ("--eval-episodes", ZERO | {"default": 10}, "episodes of the final eval (0: none)"),
-        BUFFER,
-        SYNC,
-    ],
-    "eval": [
-        ("-n --episodes", ONE | {"default": 10}, "full episodes to play"),
-        ("--record", {"default": "records"}, "directory for mp4 videos (default ./records)"),
-        ("--no-record", ON, "no video"),
-        ("--seed", {"type": int}, "seed of the first episode"),
-        ("--params", {"metavar": "FILE"}, "play the params of this file (from export), no database"),
-    ],
-    "info": [
-        ("--watch", {"type": float, "nargs": "?", "const": 2.0}, "refresh every N seconds (default 2)"),
-        ("--last", ONE | {"default": 100}, "episodes in the returns summary"),
-    ],
-    "plot": [("-o --output", {"default": "curve.png"}, "PNG file to write (default curve.png)")],
-    "clear": [
-        ("--all", ON, "all of the below"),
-        ("--del-sessions", ON, "delete recorded sessions"),
-        ("--del-weights --del-params", ON | {"dest": "del_params"}, "delete params"),
-        ("--del-metrics", ON, "delete returns and trainer metrics"),
-        ("--kill-players", ON, "stop this machine's players, and ask those on other machines to stop"),
-        ("--kill-trainers", ON, "stop this machine's trainers, and ask those on other machines to stop"),
-    ],
-    "export": [("-o --output", {}, "file to write (default EXPERIMENT.safetensors)")],
-    "import": [("file", {}, "a .safetensors file written by export")],
-}
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line, like every other tinyverse error."""
+    """argparse whose usage errors are one line, as every tinyverse error, with no secret in it."""
+
+    def parse_args(self, args=None, namespace=None):
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:  # what follows a mistyped flag may be its password (--pasword PW): not shown
+            shown = [extra[0]]
+            for before, word in pairwise(extra):
+                shown.append("***" if before.startswith("-") and not word.startswith("-") else word)
+            self.error(f"unrecognized arguments: {' '.join(shown)}")
+        return parsed
 
     def error(self, message):
+        flag_and_value = r"(?<!\S)(--?[A-Za-z][\w-]*=)\S+"  # --pasword=PW, or an ambiguous --pa=PW
+        message = re.sub(flag_and_value, r"\1***", message)
+        message = re.sub(r"\S*://\S*", lambda found: masked(found[0]), message)
         raise TinyverseError(f"{message} (see python -m tinyverse --help)")
 
 
@@ -135,8 +84,8 @@ def build_parser(epilog: str | None = None) -> argparse.ArgumentParser:
     urls = "sqlite:///file.db (default, $TINYVERSE_DB), redis://[user:password@]host:port/0, rediss://"
     g.add_argument("--db", dest="url", help=urls)
     g.add_argument("--host", help="Redis host: shorthand for --db redis://HOST:PORT/0")
-    g.add_argument("--port", type=int, help="Redis port (default 6379)")
-    g.add_argument("--password", help="Redis password")
+    g.add_argument("--port", **within(1, 65535), help="Redis port (default 6379)")
+    g.add_argument("--password", help="Redis password (ps shows it: prefer $TINYVERSE_DB)")
     g.add_argument("--tls-ca", metavar="FILE", help="TLS to Redis: the CA certificate that signed the server's")
     g.add_argument("--prefix", "--key-prefix", help="namespace in the database (default: the experiment's name)")
     common.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
@@ -172,8 +121,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if args.mode in NEEDS_EXPERIMENT and experiment is None:
         raise TinyverseError(f"{args.mode} needs an experiment: python -m tinyverse EXPERIMENT.py {args.mode}")
     args.experiment, args.options = experiment, dict(getattr(args, "options", []))
-    args.prefix_given = args.prefix is not None
-    args.prefix = args.prefix or (Path(experiment).stem if experiment else "tinyverse")
+    args.prefix_given = args.prefix is not None  # "" too: refused as a bad prefix, not read as none
+    if not args.prefix_given:
+        args.prefix = Path(experiment).stem if experiment else "tinyverse"
     errors.INVOKED.update(experiment=experiment or "EXPERIMENT.py", prefix=args.prefix if args.prefix_given else None)
     args.url = url_from(args.url, args.host, args.port, args.password, args.tls_ca)
     return args

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from ..loader import load_experiment
 from ..params import check_params
 
 FORMAT = "tinyverse-params"
+MAX_VERSION = 2**62  # a stored version; SQLite's integers end at 2^63-1
 
 
 def mode_export(args):
@@ -26,11 +28,15 @@ def mode_export(args):
     meta |= {"options": json.dumps(db.setting("options")), "prefix": db.prefix}
     path = Path(args.output or f"{name}.safetensors")
     part = path.with_name(f".{path.name}.part")  # the file appears whole or not at all
+    st = _safetensors()
+    arrays = {k: np.require(v, requirements="C") for k, v in params.items()}  # 0-d stays 0-d
     try:
-        _safetensors().numpy.save_file({k: np.ascontiguousarray(v) for k, v in params.items()}, part, metadata=meta)
+        st.numpy.save_file(arrays, part, metadata=meta)
         os.replace(part, path)
     except (ValueError, TypeError) as e:  # a dtype safetensors does not know, such as complex
         raise TinyverseError(f"cannot write params as safetensors ({e})") from None
+    except (OSError, st.SafetensorError) as e:  # a folder, no folder, no permission, a full disk
+        raise TinyverseError(f"cannot write {path} ({e}): pick another -o") from None
     finally:
         part.unlink(missing_ok=True)
     print(f"wrote {path}: params version {version} of prefix {db.prefix}")
@@ -65,11 +71,9 @@ def load(path: str, experiment: str, options: dict[str, str]) -> tuple[Experimen
     try:
         with st.safe_open(path, framework="np") as f:
             meta, params = f.metadata() or {}, {k: f.get_tensor(k) for k in f.keys()}
-        meta["options"] = json.loads(meta.get("options") or "null")
-    except Exception as e:  # SafetensorError, OSError, a JSON error: the file is not one of ours
+    except Exception as e:  # SafetensorError, OSError: the file is not one of ours
         raise TinyverseError(f"{path} is not a safetensors file of tinyverse params ({e})") from None
-    if meta.get("format") != FORMAT or not meta.get("version", "").isdigit():
-        raise TinyverseError(f"{path} holds no tinyverse params (no {FORMAT} metadata): export it with tinyverse")
+    meta = _checked(path, meta)
     spell = {True: "true", False: "false", None: "none"}  # stored values as --set texts: parsed as a user's
     texts = {k: spell[v] if v is None or isinstance(v, bool) else str(v) for k, v in (meta["options"] or {}).items()}
     try:
@@ -79,6 +83,24 @@ def load(path: str, experiment: str, options: dict[str, str]) -> tuple[Experimen
         raise TinyverseError(f"{path} (from {meta.get('experiment')}) does not fit {experiment}: {e}") from None
     exp.set_params(params)
     return exp, meta, params
+
+
+def _checked(path: str, meta: dict[str, str]) -> dict:
+    """The file's metadata, its options a dict; a field not as export writes it is one line."""
+    if meta.get("format") != FORMAT:
+        fix = "export it with tinyverse"
+        raise TinyverseError(f"{path} holds no tinyverse params (no {FORMAT} metadata): {fix}")
+    version = meta.get("version", "")
+    if not re.fullmatch(r"[0-9]{1,19}", version) or int(version) > MAX_VERSION:
+        fix = "want a whole number up to 2^62 (room below 2^63 for the next ones): export it again"
+        raise TinyverseError(f"{path} has params version {version[:40]!r}: {fix}")
+    try:
+        options = json.loads(meta.get("options") or "null")
+    except ValueError:
+        options = ""
+    if options is not None and not isinstance(options, dict):
+        raise TinyverseError(f"{path} has options that are no JSON object: export it again")
+    return {**meta, "options": options}
 
 
 def _safetensors():

@@ -5,6 +5,7 @@ import dataclasses
 import inspect
 import time
 import typing
+from pathlib import Path
 
 import numpy as np
 
@@ -140,6 +141,9 @@ def mode_plot(args):
         from matplotlib.figure import Figure
     except ImportError:
         raise TinyverseError("plot needs matplotlib: pip install 'tinyverse[plot]'") from None
+    kinds = sorted(Figure().canvas.get_supported_filetypes())  # said before drawing
+    if Path(args.output).suffix.lower().removeprefix(".") not in kinds:
+        raise TinyverseError(f"plot -o {args.output}: want an image ending .{', .'.join(kinds)}")
     db = connect(args.url, args.prefix, retry_for=5, create=False)
     if not (episodes := db.metrics("episodes")):
         raise TinyverseError(f"no episode returns stored under prefix {db.prefix!r}: play first, or check --prefix")
@@ -162,7 +166,10 @@ def mode_plot(args):
         axes[2].plot(*zip(*losses, strict=True), ".-")
         axes[2].set_yscale("log" if min(v for _, v in losses) > 0 else "linear")
     fig.suptitle(f"{db.prefix}: {len(returns)} episodes")
-    fig.savefig(args.output, dpi=80)
+    try:
+        fig.savefig(args.output, dpi=80)
+    except OSError as e:  # the folder went, or filled up, since -o was checked
+        raise TinyverseError(f"cannot write {args.output} ({e}): pick another -o") from None
     print(f"wrote {args.output}")
 
 
