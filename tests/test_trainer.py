@@ -5,6 +5,7 @@ import pytest
 from conftest import in_thread, trainer_waiting, wait_for
 from fake_experiment import FakeExperiment
 
+from tinyverse.errors import ExperimentError
 from tinyverse.player import play
 from tinyverse.trainer import train
 from tinyverse.workers import Worker
@@ -61,7 +62,7 @@ def test_train_step_error_is_raised_and_nothing_bad_is_published(db):
     play(FakeExperiment(db), db, batch_size=2, sessions=2)
     start = db.params_version()
     exp = FakeExperiment(db, fail_at=4)
-    with pytest.raises(RuntimeError, match="train_step failed at update 4"):
+    with pytest.raises(ExperimentError, match="^train_step raised RuntimeError: train_step failed at update 4"):
         train(exp, db, batch_size=2, steps=10, save_every=2)
     version, params = db.load_params()
     assert version == start + 1, "only the publish after update 2 may happen"

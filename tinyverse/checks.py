@@ -117,8 +117,8 @@ def batched(hook: str, found, B: int, what: str = "memory", names=None) -> dict:
     if not isinstance(found, dict):
         raise ExperimentError(f"{hook} returned {what} of {_kind(found)}: {says} a dict of arrays")
     if names is not None and found.keys() != names:
-        fix = f"keep the names initial_memory returned ({', '.join(names) or 'none'})"
-        raise ExperimentError(f"{hook} returned {what} named {', '.join(found) or 'nothing'}: {fix}")
+        fix = f"keep the names initial_memory returned: {', '.join(names) or 'none'}"
+        raise ExperimentError(f"{hook} returned {what} named {', '.join(found) or 'none'}; {fix}")
     shapes = {f"{what}.{k}": tuple(np.shape(v)) for k, v in found.items()}
     if bad := [f"{k} of shape {shape}" for k, shape in shapes.items() if shape[:1] != (B,)]:
         raise ExperimentError(f"{hook} returned {bad[0]}: {says} batched, ({B}, ...)")
@@ -156,6 +156,12 @@ def get_params(exp) -> dict[str, np.ndarray]:
             fix = "params are NumPy arrays of numbers (of a tensor: t.detach().cpu().numpy())"
             raise ExperimentError(f"get_params returned {name!r} of {_kind(value)}: {fix}")
     return found
+
+
+def finite(params: dict[str, np.ndarray], where: str) -> None:
+    """Refuse params that hold NaN or inf: stored, they would poison every worker."""
+    if bad := [k for k, v in params.items() if v.dtype.kind in "fc" and not np.isfinite(v).all()]:
+        raise ExperimentError(f"params {', '.join(bad[:3])} hold NaN or inf {where}")
 
 
 def sample(exp, db, batch_size: int) -> dict | None:

@@ -48,13 +48,13 @@ def check(exp) -> None:
             raise ExperimentError(f"{pace}the experiment's {name} is {value!r}, {fix}")
 
 
-def batch_fits(db, batch_size: int, batch: dict | None = None) -> bool:
+def batch_fits(db, batch_size: int) -> bool:
     """Refuse a batch of ``batch_size`` sessions over half the memory available, a session's bytes
-    known from the stored layout, else from ``batch``; False while they are unknown."""
+    known from the stored layout; False while none is stored."""
     try:
         each = sum(math.prod(s) * np.dtype(d).itemsize for _, d, s in db.setting("layout"))
     except (TypeError, ValueError):  # none stored yet, or no layout (decoding refuses those)
-        each = sum(v.nbytes for v in batch.values()) // len(batch["rewards"]) if batch else 0
+        each = 0
     if each and batch_size * each > (available := psutil.virtual_memory().available) // 2:
         need = f"{batch_size:,} sessions of {each:,} bytes, {batch_size * each / 2**30:,.1f} GiB"
         fix = f"over half the {available / 2**30:.1f} GiB available: lower train -b"
