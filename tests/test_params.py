@@ -164,6 +164,7 @@ class Params:
     """An experiment that is only its params: what a trainer trained is what a test writes."""
 
     local_params = ("target",)
+    update_count = 0  # the run's updates, as the trainer keeps them (a NaN names it)
 
     def __init__(self, **arrays):
         self.params, self.loads = arrays, 0
@@ -289,6 +290,7 @@ from tinyverse.database import connect
 from tinyverse.params import Publisher
 
 class Params:
+    update_count = 0
     def __init__(self, params): self.params = params
     def get_params(self): return {k: v.copy() for k, v in self.params.items()}
     def set_params(self, params): self.params = {k: v.copy() for k, v in params.items()}

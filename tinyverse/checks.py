@@ -5,6 +5,7 @@ back and what was expected. Hot hooks are checked in full at first, then by a fe
 import logging
 import math
 import os
+import sysconfig
 import traceback
 
 import gymnasium as gym
@@ -13,7 +14,8 @@ import numpy as np
 from .errors import Every, ExperimentError, TinyverseError
 
 log = logging.getLogger(__name__)
-CORE = os.path.dirname(__file__) + os.sep  # frames of files in here are tinyverse's, not the user's
+LIBRARIES = {sysconfig.get_path(k) for k in ("stdlib", "purelib", "platlib")}
+OTHERS = (os.path.dirname(__file__) + os.sep, *LIBRARIES)  # files whose frames are not the user's
 SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiBinary, gym.spaces.MultiDiscrete)
 REWARDS = {float, int, np.float32, np.float64, np.int64}  # rewards that need no closer look
 FLAGS = {bool, np.bool_}
@@ -23,18 +25,17 @@ say = Every(60.0)
 
 def call(hook: str, fn, *args, **kwargs):
     """``fn(*args, **kwargs)``, a hook: what it raises becomes one line naming the hook, then the
-    user's frames (of the files outside tinyverse/; -vv logs them all)."""
+    user's own frames (-vv logs them all)."""
     try:
         return fn(*args, **kwargs)
     except TinyverseError:
         raise  # one line already: tinyverse's own, from a call the hook made (db.sample_batch)
     except Exception as e:
         log.debug("%s raised", hook, exc_info=True)
-        frames = traceback.extract_tb(e.__traceback__)
-        frames = [f for f in frames if not f.filename.startswith(CORE)]
-        shown = "".join(traceback.format_list(frames)).rstrip("\n")
+        tb = traceback.extract_tb(e.__traceback__)
+        shown = "".join(traceback.format_list([f for f in tb if not f.filename.startswith(OTHERS)]))
         line = f"{hook} raised {type(e).__name__}: {' '.join(str(e).split())}"
-        raise ExperimentError(f"{line}\n{shown}" if shown else line) from None
+        raise ExperimentError(f"{line}\n{shown.rstrip()}" if shown else line) from None
 
 
 def make_env(exp, render_mode: str | None = None) -> gym.Env:
@@ -167,7 +168,7 @@ def finite(params: dict[str, np.ndarray], where: str) -> None:
 def sample(exp, db, batch_size: int) -> dict | None:
     """``exp.sample(db, batch_size)``: sessions, or None for "not yet" (nothing, or no rows)."""
     found = call("sample", exp.sample, db, batch_size)
-    if found is None or isinstance(found, dict) and not found:
+    if found is None or isinstance(found, dict | list | tuple) and not found:
         return None
     if not isinstance(found, dict) or "rewards" not in found:
         what = f"a dict of {', '.join(map(str, found))}" if type(found) is dict else _kind(found)
@@ -195,6 +196,5 @@ def _numbers(hook: str, found) -> dict[str, float]:
     return named
 
 
-def _kind(found) -> str:
-    """What came back, in a few words: its type, or how many items a tuple has."""
+def _kind(found) -> str:  # what came back, in a few words
     return f"{len(found)} items" if isinstance(found, tuple) else f"type {type(found).__name__}"
