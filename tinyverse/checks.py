@@ -43,7 +43,7 @@ def make_env(exp, render_mode: str | None = None) -> gym.Env:
     no Gymnasium env or its observations are of a space that tinyverse cannot record."""
     env = call("make_env", exp.make_env, **({"render_mode": render_mode} if render_mode else {}))
     if not all(callable(getattr(env, name, None)) for name in ("reset", "step", "close")):
-        raise ExperimentError(f"make_env returned {type(env).__name__}: return a gymnasium.Env")
+        raise ExperimentError(f"make_env returned {_kind(env)}: return a gymnasium.Env")
     if isinstance(space := getattr(env, "observation_space", None), SPACES):
         return env
     env.close()
