@@ -97,7 +97,7 @@ class Act:
             actions = self._actions(actions)
         if first or type(found[1]) is not dict or found[1].keys() != memory.keys():
             batched("act", found[1], self.B, "memory", memory.keys())
-        return actions, found[1], outputs(found[2] if len(found) == 3 else {}, self.B)
+        return actions, found[1], (outputs(found[2], self.B) if len(found) == 3 else {})
 
     def _actions(self, actions) -> np.ndarray:
         try:
