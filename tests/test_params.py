@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from fake_experiment import FakeExperiment
 
-from tinyverse.errors import ParamsMismatch
+from tinyverse.errors import ExperimentError, ParamsMismatch
 from tinyverse.evaluation import evaluate
 from tinyverse.params import Publisher, check_params, resume, sync_params
 from tinyverse.player import play
@@ -157,6 +157,33 @@ def test_resume_of_params_of_another_shape_raises_and_keeps_them(db):
     np.testing.assert_array_equal(db.load_params()[1]["w"], foreign["w"])
 
 
+# -- params that hold NaN or inf are never stored ---------------------------------------
+
+
+def test_an_init_of_nan_is_never_stored(db):
+    exp = FakeExperiment(db, w_scale=np.nan)  # a broken init: w all NaN
+    for run in (lambda: play(exp, db, sessions=1), lambda: train(exp, db, batch_size=1, steps=1)):
+        with pytest.raises(ExperimentError) as e:
+            run()
+        assert str(e.value) == "params w hold NaN or inf at the experiment's init: fix it"
+        assert db.params_version() is None, "stored as version 1 without a word"
+    assert db.count_sessions() == (0, 0)
+
+
+def test_a_trainer_that_diverges_stops_and_the_last_good_params_stay_published(db):
+    play(FakeExperiment(db), db, batch_size=2, sessions=2)
+    exp = FakeExperiment(db, on_train=lambda update: exp.w.fill(np.inf) if update == 3 else None)
+    with pytest.raises(ExperimentError) as e:  # publishes after update 2, then finds inf at update 4's push
+        train(exp, db, batch_size=exp.train_batch_size, steps=10, save_every=2)
+    fix = f"not published (v{db.params_version()} stays); lower the learning rate"
+    assert str(e.value) == f"params w hold NaN or inf after update 4 of the run: {fix}"
+    version, params = db.load_params()
+    assert np.isfinite(params["w"]).all() and params["updates"][0] == 2, "the last good params are the stored ones"
+    assert not db.workers(), "the trainer did not stop"
+    # a player keeps playing the good params
+    assert play(FakeExperiment(db), db, sessions=1) == 1 and db.params_version() == version
+
+
 # -- Publisher: trainers pushing deltas -----------------------------------------------
 
 
@@ -164,6 +191,7 @@ class Params:
     """An experiment that is only its params: what a trainer trained is what a test writes."""
 
     local_params = ("target",)
+    update_count = 0  # the run's updates, as the trainer keeps them (a NaN names it)
 
     def __init__(self, **arrays):
         self.params, self.loads = arrays, 0
@@ -254,6 +282,14 @@ def test_local_arrays_are_written_as_they_are_and_never_taken(db):
     np.testing.assert_array_equal(b.params["w"], stored["w"])
 
 
+def test_a_nan_in_a_local_array_is_refused_too(db):
+    exp, pub = trainer(db, local=("head",))
+    exp.params["head"][1] = np.nan  # a trainer's own array (a target network) is published too: checked alike
+    with pytest.raises(ExperimentError, match="^params head hold NaN or inf after update 1 of the run"):
+        pub.push()
+    assert db.params_version() == 1 and np.isfinite(db.load_params()[1]["head"]).all()
+
+
 def test_a_lost_race_reloads_and_retries(db):
     a, pa = trainer(db)
     b, pb = trainer(db)
@@ -289,6 +325,7 @@ from tinyverse.database import connect
 from tinyverse.params import Publisher
 
 class Params:
+    update_count = 0
     def __init__(self, params): self.params = params
     def get_params(self): return {k: v.copy() for k, v in self.params.items()}
     def set_params(self, params): self.params = {k: v.copy() for k, v in params.items()}

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
+from . import checks
 from .database import Database
-from .experiment import Experiment, make_env
+from .experiment import Experiment
 from .params import sync_params
 
 log = logging.getLogger(__name__)
@@ -39,19 +40,20 @@ def evaluate(exp: Experiment, db: Database | None, episodes=10, record=None, see
         log.warning("no params stored: evaluating the experiment's random init")
     if record:  # frames are drawn offscreen: no display, and none of SDL's complaints about XDG_RUNTIME_DIR
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    env, returns = make_env(exp, "rgb_array" if record else None), []
+    env, returns = checks.make_env(exp, "rgb_array" if record else None), []
+    act = checks.Act(exp, 1, greedy=True)
     if record and getattr(env, "render_mode", None) != "rgb_array":
         log.warning("this environment does not render rgb_array frames: no video")
         record = None
     fps = int(env.metadata.get("render_fps") or 30)
     try:
         for ep in range(episodes):
-            obs, _ = env.reset(seed=None if seed is None else seed + ep)
-            memory, total, done = exp.initial_memory(1), 0.0, False
+            obs = checks.reset(env, seed=None if seed is None else seed + ep)
+            memory, total, done = checks.initial_memory(exp, 1), 0.0, False
             frames = [env.render()] if record else []
             while not done:
-                actions, memory, *_ = exp.act(np.asarray(obs)[None], memory, greedy=True)
-                obs, reward, terminated, truncated, _ = env.step(np.asarray(actions)[0])
+                actions, memory, _ = act(np.asarray(obs)[None], memory)
+                obs, reward, terminated, truncated, _ = checks.step(env, actions[0])
                 total, done = total + float(reward), terminated or truncated
                 frames += [env.render()] if record else []
             returns.append(total)

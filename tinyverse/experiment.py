@@ -1,14 +1,10 @@
 """The experiment contract: the hooks a user writes (:class:`Experiment`); :mod:`tinyverse.loader` loads their file."""
 
 import abc
-import logging
 
 import gymnasium as gym
 import numpy as np
 
-from .errors import ExperimentError
-
-log = logging.getLogger(__name__)
 Arrays = dict[str, np.ndarray]
 
 
@@ -86,12 +82,3 @@ class Experiment(abc.ABC):
     def session_info(self) -> dict[str, float]:
         """Scalars stored with every session of this player (e.g. its epsilon)."""
         return {}
-
-
-def make_env(exp: Experiment, render_mode: str | None = None) -> gym.Env:
-    """``exp.make_env``, its failure in one line (-vv shows where): a bad env id is a user's typo, not a crash."""
-    try:
-        return exp.make_env(render_mode=render_mode) if render_mode else exp.make_env()
-    except Exception as e:
-        log.debug("make_env failed", exc_info=True)
-        raise ExperimentError(f"make_env failed: {type(e).__name__}: {e} (-vv shows where)") from None

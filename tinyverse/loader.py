@@ -11,6 +11,7 @@ import types
 import typing
 from pathlib import Path
 
+from . import declared
 from .errors import ExperimentError
 from .experiment import Experiment
 from .options import resolve
@@ -43,6 +44,7 @@ def load_experiment(path: str, db=None, options: dict[str, str] | None = None) -
     if not isinstance(exp, Experiment):
         raise ExperimentError(f"make_experiment in {path} returned {type(exp).__name__}, not a tinyverse.Experiment")
     exp.options, exp.option_defaults = None if args is None else dataclasses.asdict(args), defaults
+    declared.check(exp)  # before a worker stores the options that set them
     return exp
 
 

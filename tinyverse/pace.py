@@ -1,7 +1,5 @@
 """The replay ratio players and trainers hold, counted in env steps in the database (docs: usage, "The pace")."""
 
-from .errors import ExperimentError
-
 FIELDS = ("updates_per_step", "learning_starts", "pace_slack", "session_length")  # what heartbeats show of it
 
 
@@ -11,8 +9,6 @@ class Pace:
     def __init__(self, exp, db):
         self.spec = {k: getattr(exp, k) for k in FIELDS}
         self.ratio, self.starts, self.slack, self.T = self.spec.values()
-        if (self.ratio is not None and not self.ratio > 0) or self.starts < 0 or self.slack < 0:
-            raise ExperimentError(f"bad pace {self.spec}: updates_per_step must be None or > 0, the others >= 0")
         self.db, self.unit = db, exp.train_batch_size
         # the last update's size (the next one's guess), updates not yet counted, updates allowed without a look, and
         # all trainers' updates as of the last look

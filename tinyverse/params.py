@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 
+from . import checks
 from .encoding import differences, layout
 from .errors import ParamsMismatch, command
 from .experiment import Arrays
@@ -25,8 +26,8 @@ def _load(exp, db) -> int | None:
     """Load the stored params into ``exp``; their version, or None when none are stored."""
     if (found := db.load_params()) is None:
         return None
-    check_params(exp.get_params(), found[1], f"database {db.url} (prefix {db.prefix})")
-    exp.set_params(found[1])
+    check_params(checks.get_params(exp), found[1], f"database {db.url} (prefix {db.prefix})")
+    checks.call("set_params", exp.set_params, found[1])
     return found[0]
 
 
@@ -43,7 +44,8 @@ def sync_params(exp, db, version: int | None, reseed: bool = False) -> int | Non
 def resume(exp, db) -> int:
     """Load the stored params into ``exp``, or store ``exp``'s if there are none; their version."""
     while (version := _load(exp, db)) is None:  # another worker may store its params between our load and our save
-        if (version := db.save_params(exp.get_params(), if_absent=True)) is not None:
+        checks.finite(params := checks.get_params(exp), "at the experiment's init: fix it")
+        if (version := db.save_params(params, if_absent=True)) is not None:
             log.info("no params stored: stored these as version %d", version)
             return version
     log.info("resuming from params version %d", version)
@@ -62,7 +64,7 @@ class Publisher:
         self.pushes, self.conflicts, self.seconds = 0, 0, 0.0  # so far: pushes, races lost, time spent
 
     def _params(self) -> Arrays:
-        return {k: np.array(v) for k, v in self.exp.get_params().items()}  # copies: the model trains on
+        return {k: np.array(v) for k, v in checks.get_params(self.exp).items()}  # copies: it trains
 
     def _mine(self, name: str) -> bool:
         return any(fnmatch.fnmatchcase(name, g) for g in self.local)
@@ -79,6 +81,8 @@ class Publisher:
     def push(self) -> int:
         """Merge what was trained since the last push into the stored params; return their version."""
         start, local = time.monotonic(), self._params()
+        fix = f"not published (v{self.version} stays); lower the learning rate"
+        checks.finite(local, f"after update {self.exp.update_count + 1} of the run: {fix}")
         while True:
             version, stored = self.version, self.stored
             if self.db.params_version() != version:  # another trainer pushed, or params were deleted: ours go afresh
@@ -90,7 +94,8 @@ class Publisher:
             self.conflicts += 1
         if self.sync or (self.sync is None and version not in (self.version, 0)):
             self.base = {**merged, **{k: v for k, v in local.items() if self._mine(k)}}
-            self.exp.set_params({k: v.copy() for k, v in self.base.items()})
+            copies = {k: v.copy() for k, v in self.base.items()}
+            checks.call("set_params", self.exp.set_params, copies)
         else:
             self.base = local
         self.version, self.stored = saved, merged

@@ -7,9 +7,10 @@ import zlib
 
 import numpy as np
 
+from . import checks, declared
 from .database import Database
-from .errors import Every, TinyverseError
-from .experiment import Experiment, make_env
+from .errors import Every
+from .experiment import Experiment
 from .options import store
 from .pace import Pace
 from .params import sync_params
@@ -26,7 +27,8 @@ def play(exp: Experiment, db: Database, batch_size=1, sessions=None, sync_every=
     player = Player(exp, db, batch_size, seed, sync_every, report_every)
     try:
         with player.worker:
-            player.worker.run(sessions, player.step, player.behind)
+            if player.start():
+                player.worker.run(sessions, player.step, player.behind)
     finally:
         for env in player.envs:
             env.close()
@@ -37,18 +39,28 @@ class Player:
     """B environments, their episodes so far, and the sessions recorded from them."""
 
     def __init__(self, exp: Experiment, db: Database, batch_size: int, seed, sync_every: int, report_every: float):
+        declared.check(exp)
         self.exp, self.db, self.B, self.sync_every = exp, db, batch_size, sync_every
         self.pace, self.worker, self.say = Pace(exp, db), Worker(db, "player"), Every(report_every)
         self.worker.info["pace"] = self.pace.spec
-        self.envs = [make_env(exp) for _ in range(batch_size)]
-        store(exp, db)  # the run's options, at its first write: once its environments are made
-        rng = np.random.default_rng(seed)
-        self.obs = np.stack([env.reset(seed=int(rng.integers(2**31)))[0] for env in self.envs])
-        self.memory = exp.initial_memory(batch_size)
+        self.envs, self.seed = [], seed  # the environments are made by start()
+        self.act = checks.Act(exp, batch_size)
         self.tag = np.int64(zlib.crc32(self.worker.id.encode()))
         self.returns, self.lengths = np.zeros(batch_size), np.zeros(batch_size, np.int64)  # of the running episodes
         self.version, self.rounds, self.started = None, 0, time.monotonic()
         self.recent = collections.deque(maxlen=20)  # returns of this player's last 20 episodes
+
+    def start(self) -> bool:
+        """Make the environments (False: a stop came between two), store the options, reset them."""
+        while len(self.envs) < self.B:
+            if self.worker.stop or self.worker.beat():
+                return False
+            self.envs.append(checks.make_env(self.exp))
+        store(self.exp, self.db)  # the run's options, at its first write: once the envs are made
+        rng = np.random.default_rng(self.seed)
+        self.obs = np.stack([checks.reset(env, seed=int(rng.integers(2**31))) for env in self.envs])
+        self.memory = checks.initial_memory(self.exp, self.B)
+        return True
 
     def sync(self, reseed: bool = False) -> None:
         """Load newer params if some are stored (with ``reseed``, store this player's if none are)."""
@@ -86,23 +98,23 @@ class Player:
         obs[:, 0] = self.obs
         acted, ended = [], []  # act's actions and outputs of each tick, stacked at the end; the episodes that ended
         for t in range(T):
-            actions, self.memory, *outputs = self.exp.act(self.obs, self.memory)
-            acted.append({"actions": np.asarray(actions), **_outputs(outputs, B)})
+            actions, self.memory, outputs = self.act(self.obs, self.memory)
+            acted.append({"actions": actions, **outputs})
             for i, env in enumerate(self.envs):
-                o, r, terminated, truncated, _ = env.step(acted[-1]["actions"][i])
+                o, r, terminated, truncated, _ = checks.step(env, actions[i])
                 rec["rewards"][i, t], rec["terminated"][i, t], rec["truncated"][i, t] = r, terminated, truncated
                 self.returns[i], self.lengths[i] = self.returns[i] + r, self.lengths[i] + 1
                 if terminated or truncated:
                     rec["final_observations"][i, t] = o
                     ended.append({"return": float(self.returns[i]), "length": int(self.lengths[i])})
                     self.returns[i], self.lengths[i] = 0, 0
-                    o, _ = env.reset()
-                    for k, v in self.exp.initial_memory(1).items():
+                    o = checks.reset(env)
+                    for k, v in checks.initial_memory(self.exp, 1).items():
                         self.memory[k][i] = v[0]
                 self.obs[i] = o
             obs[:, t + 1] = self.obs
         rec |= {k: np.stack([a[k] for a in acted], 1) for k in acted[0]}
-        info = {f"info.{k}": np.float64(v) for k, v in self.exp.session_info().items()}
+        info = {f"info.{k}": np.float64(v) for k, v in checks.session_info(self.exp).items()}
         meta = {"version": np.int64(self.version or 0), "worker": self.tag, **info}
         sessions = [{k: v[i] for k, v in (rec | memory).items()} | meta for i in range(self.B)]
         self.db.add_sessions(sessions, self.exp.buffer_size)
@@ -112,15 +124,3 @@ class Player:
             when = {"time": time.time(), "steps": steps, "worker": self.worker.id, "version": self.version}
             self.db.add_metrics("episodes", [e | when for e in ended])
             self.recent.extend(e["return"] for e in ended)
-
-
-def _outputs(extra: list, B: int) -> dict[str, np.ndarray]:
-    """The per-tick outputs ``act`` returned as a third item, named ``outputs.<name>``, checked."""
-    if len(extra) > 1:
-        raise TinyverseError(f"act returned {2 + len(extra)} items: return (actions, memory[, outputs])")
-    if not isinstance(outputs := extra[0] if extra else {}, dict):
-        raise TinyverseError(f"act returned outputs of type {type(outputs).__name__}: outputs are a dict of arrays")
-    named = {f"outputs.{k}": np.asarray(v) for k, v in outputs.items()}
-    if bad := [f"{k} of shape {v.shape}" for k, v in named.items() if v.shape[:1] != (B,)]:
-        raise TinyverseError(f"act returned {bad[0]}: outputs are batched, ({B}, ...)")
-    return named

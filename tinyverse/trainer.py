@@ -1,10 +1,11 @@
 """The train loop: sample sessions (in the background), train at the pace, publish params."""
 
-import collections
 import logging
+import queue
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
+from . import checks, declared
 from .database import Database
 from .errors import Every, command
 from .experiment import Experiment
@@ -39,16 +40,18 @@ class Trainer:
     """One trainer's updates, publications and reports (the arguments of :func:`train`)."""
 
     def __init__(self, exp: Experiment, db: Database, batch_size, steps, save_every, report_every, sync, on_report):
+        declared.check(exp)
+        self.exp, self.db, self.batch_size = exp, db, batch_size
+        self.steps, self.save_every = steps, save_every
+        self.prefetch = Prefetcher(exp, db, self.grown(), exp.prefetch)  # refuses a batch too big
         self.pace = Pace(exp, db)
         store(exp, db)  # the run's options, at its first write
         self.publisher, self.worker = Publisher(exp, db, sync, exp.local_params), Worker(db, "trainer")
         self.worker.info |= {"pace": self.pace.spec, "updates": 0, "version": self.publisher.version}
-        self.exp, self.db, self.batch_size, self.steps, self.save_every = exp, db, batch_size, steps, save_every
         self.report_every, self.on_report, self.say = report_every, on_report, Every(10.0)  # the log every 10 s
         self.done, self.saved, self.reported, self.batch, self.sums = 0, 0, 0, None, {}
         self.started = self.last_report = time.monotonic()
-        exp.prepare_training()
-        self.prefetch = Prefetcher(exp, db, self.grown(), exp.prefetch)
+        checks.call("prepare_training", exp.prepare_training)
 
     def grown(self) -> int:
         """The batch to sample: ``batch_size`` sessions, times the live players if the experiment asks."""
@@ -77,8 +80,8 @@ class Trainer:
     def step(self) -> bool:
         """An update on the batch :meth:`starved` fetched; True if this trainer should stop."""
         self.exp.update_count = self.pace.count(len(self.batch["rewards"]))
-        for k, v in (self.exp.train_step(self.batch) or {}).items():
-            self.sums[k] = self.sums.get(k, 0.0) + float(v)
+        for k, v in checks.train_step(self.exp, self.batch).items():
+            self.sums[k] = self.sums.get(k, 0.0) + v
         self.done += 1
         if self.done % self.save_every == 0:
             self.publish()
@@ -108,30 +111,46 @@ class Trainer:
 
 
 class Prefetcher:
-    """``depth`` batches on their way in a thread, so training never waits on the database (0: the training thread
-    fetches them, faster when a batch is cheap and an update short: no second thread for the GIL)."""
+    """``depth`` batches on their way in a daemon thread (started by the first :meth:`get`), so that
+    training never waits on the database, nor a stop on a sample (0: the training thread fetches
+    them, faster when a batch is cheap and an update short: no second thread for the GIL)."""
 
     def __init__(self, exp: Experiment, db: Database, batch_size: int, depth: int = 2):
         self.exp, self.db, self.batch_size = exp, db, batch_size
-        self.pool = ThreadPoolExecutor(1, "prefetch") if depth > 0 else None
-        self.ahead = collections.deque(self.pool.submit(self._fetch) for _ in range(depth)) if self.pool else None
+        self.fits = 0  # the batch size known to fit in memory
+        self.ahead = queue.Queue(depth) if depth > 0 else None
+        self.thread = threading.Thread(target=self._run, name="prefetch", daemon=True)
+        self.closed = threading.Event()
+        self._fit()
+
+    def _fit(self) -> None:
+        if self.fits != self.batch_size and declared.batch_fits(self.db, self.batch_size):
+            self.fits = self.batch_size
 
     def _fetch(self) -> dict | None:
-        batch = self.exp.sample(self.db, self.batch_size)
-        return batch if batch and len(batch["rewards"]) else None  # short after skipped records: still good
+        self._fit()  # the batch may have grown
+        return checks.sample(self.exp, self.db, self.batch_size)
+
+    def _run(self) -> None:
+        while not self.closed.is_set():
+            try:
+                self.ahead.put(self._fetch())
+            except Exception as e:  # raised in the training thread by get()
+                self.ahead.put(e)
 
     def get(self) -> dict | None:
         """The next batch (a sampling error raised here), or None if none came within 0.1 s."""
-        if self.pool is None:
-            return self._fetch()
+        if self.ahead is not None and self.thread.ident is None:
+            self.thread.start()  # at the first get: sessions are stored
         try:
-            batch = self.ahead[0].result(timeout=0.1)
-        except TimeoutError:
+            batch = self._fetch() if self.ahead is None else self.ahead.get(timeout=0.1)
+        except queue.Empty:
             return None
-        self.ahead.popleft()
-        self.ahead.append(self.pool.submit(self._fetch))
+        if isinstance(batch, Exception):
+            raise batch
         return batch
 
     def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=False, cancel_futures=True)
+        self.closed.set()  # the thread ends at its next put, which emptying the queue lets through
+        while self.ahead is not None and not self.ahead.empty():
+            self.ahead.get_nowait()
