@@ -218,6 +218,7 @@ def run_lockstep(
         trainer.set_params(exp.get_params())
         trainer.prepare_training()
         player, save_every = Player(exp, db, 1, seed, 1, 10.0), save_every or trainer.save_every
+        player.start()  # its environments
         steps = updates = handed = 0
         solved, after, act = {}, [], greedy(exp)
         while steps < (solved["steps"] + stay_steps if solved else max_steps):

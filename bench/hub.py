@@ -104,6 +104,7 @@ class Holder:
 
     def __init__(self, params: dict, T: int, batch: int = 8):
         self.params, self.session_length, self.train_batch_size = params, T, batch
+        self.update_count = 0  # Publisher names the update at which params went NaN
         self.updates_per_step, self.learning_starts, self.pace_slack = 4.0 / (batch * T), 0, 64 * T // 2
 
     def get_params(self):

@@ -54,9 +54,11 @@ def test_a_failed_start_leaves_the_namespace_as_it_was(tmp_path):
             return Env(db, **dataclasses.asdict(args))
         """)
     )
-    line = error_line(run_cli(bad, "play", "-n", "1", "--db", url, "--prefix", "badenv", "--set", "epsilon=0.9",
-                              check=False))  # fmt: skip
-    assert "make_env failed: VersionNotFound" in line and "v9" in line
+    proc = run_cli(bad, "play", "-n", "1", "--db", url, "--prefix", "badenv", "--set", "epsilon=0.9", check=False)
+    assert proc.returncode == 1, proc.stderr
+    line, *frames = proc.stderr.strip().splitlines()  # one line, then the user's own frames: bad.py's alone
+    assert line.startswith("tinyverse: error: make_env raised VersionNotFound") and "v9" in line
+    assert frames and all(f.startswith(" ") for f in frames) and f'"{bad}", line 9, in make_env' in frames[0]
     db = connect(url, "badenv", retry_for=5)
     assert db.setting("options") is None and db.params_version() is None, "nothing stored by a failed start"
     run_cli(bad, "play", "-n", "1", "-q", "--db", url, "--prefix", "badenv", "--set", "epsilon=0.1")
