@@ -25,7 +25,7 @@ import redis
 from conftest import wait_for
 
 from tinyverse import errors
-from tinyverse.database import base, connect, masked
+from tinyverse.database import connect, fleet, masked
 from tinyverse.database.sqlite import SQLiteDatabase
 from tinyverse.encoding import decode, encode, layout
 from tinyverse.errors import DatabaseError, RecordError, TinyverseError
@@ -150,6 +150,16 @@ def raw_records(db) -> list[tuple[int, bytes]]:
     rows = sorted((int(k), v) for k, v in r.hgetall(f"{db.prefix}:sessions").items())
     r.close()
     return rows
+
+
+def beat(worker_id: str, **more) -> dict:
+    """A heartbeat as workers write them: what readers use, and ``more``."""
+    return {"id": worker_id, "role": "player", "host": "box", "pid": 7, "started": 1.0, **more}
+
+
+def episode(r: float, **more) -> dict:
+    """An episode's metrics record as players write them."""
+    return {"return": r, "time": 1.0 + r, **more}
 
 
 def warnings_about(caplog, text: str) -> list[str]:
@@ -343,10 +353,10 @@ class TestSessions:
             db.set_capacity(5)
         assert db.capacity() == 5 and not warnings_about(caplog, "buffer size")
 
-    @pytest.mark.parametrize("bad", [0, -5])
-    def test_capacity_must_be_positive(self, db, bad):
+    @pytest.mark.parametrize("bad", [0, -5, 1.5, True, "9", 2**60, None])
+    def test_capacity_must_be_a_positive_count_checked_before_it_is_stored(self, db, bad):
         db.set_capacity(7)
-        with pytest.raises(DatabaseError, match="positive"):
+        with pytest.raises(DatabaseError, match="^buffer size is .*: nothing was stored$"):
             db.set_capacity(bad)
         assert db.capacity() == 7
 
@@ -630,7 +640,7 @@ class TestSettings:
 class TestStopRequests:
     def test_a_stop_request_survives_a_clear_until_the_worker_leaves(self, db):
         assert not db.stop_requested("w1")
-        db.heartbeat("w1", {"id": "w1"}, ttl=60)
+        db.heartbeat("w1", beat("w1"), ttl=60)
         db.request_stop("w1")
         assert db.stop_requested("w1") and not db.stop_requested("w2")
         db.clear(sessions=True, params=True, workers=True, metrics=True)
@@ -639,7 +649,7 @@ class TestStopRequests:
         assert not db.stop_requested("w1")
 
     def test_a_stop_request_expires(self, db, monkeypatch):
-        monkeypatch.setattr(base, "STOP_TTL", 0.3)
+        monkeypatch.setattr(fleet, "STOP_TTL", 0.3)
         db.request_stop("gone")
         assert db.stop_requested("gone")
         wait_for(lambda: not db.stop_requested("gone"), 20, "the stop request to expire")
@@ -735,30 +745,30 @@ class TestParams:
 class TestWorkers:
     def test_heartbeat_list_replace_remove(self, db):
         assert db.workers() == []
-        db.heartbeat("p1", {"id": "p1", "role": "player", "sessions": 1}, ttl=60)
-        db.heartbeat("t1", {"id": "t1", "role": "trainer", "steps": 0}, ttl=60)
-        db.heartbeat("p1", {"id": "p1", "role": "player", "sessions": 2}, ttl=60)  # replaces, not adds
+        db.heartbeat("p1", beat("p1", sessions=1), ttl=60)
+        db.heartbeat("t1", beat("t1", role="trainer", steps=0), ttl=60)
+        db.heartbeat("p1", beat("p1", sessions=2), ttl=60)  # replaces, not adds
         got = sorted(db.workers(), key=lambda w: w["id"])
-        assert got == [{"id": "p1", "role": "player", "sessions": 2}, {"id": "t1", "role": "trainer", "steps": 0}]
+        assert got == [beat("p1", sessions=2), beat("t1", role="trainer", steps=0)]
         db.remove_worker("p1")
         assert [w["id"] for w in db.workers()] == ["t1"]
         db.remove_worker("never-there")
         assert [w["id"] for w in db.workers()] == ["t1"]
 
     def test_heartbeats_expire(self, db):
-        db.heartbeat("short", {"id": "short"}, ttl=0.3)
-        db.heartbeat("long", {"id": "long"}, ttl=120)
+        db.heartbeat("short", beat("short"), ttl=0.3)
+        db.heartbeat("long", beat("long"), ttl=120)
         wait_for(lambda: [w["id"] for w in db.workers()] == ["long"], 20, "the short heartbeat to expire")
-        db.heartbeat("short", {"id": "short"}, ttl=120)  # a worker that comes back is listed again
+        db.heartbeat("short", beat("short"), ttl=120)  # a worker that comes back is listed again
         assert sorted(w["id"] for w in db.workers()) == ["long", "short"]
 
 
 class TestMetrics:
     def test_ordered_per_kind(self, db):
         assert db.metrics("episodes") == []
-        db.add_metrics("episodes", [{"return": float(i)} for i in range(5)])
+        db.add_metrics("episodes", [episode(float(i)) for i in range(5)])
         db.add_metrics("train", [{"loss": 0.5}])
-        db.add_metrics("episodes", [{"return": 5.0}])
+        db.add_metrics("episodes", [episode(5.0)])
         db.add_metrics("episodes", [])
         assert [m["return"] for m in db.metrics("episodes")] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
         assert [m["return"] for m in db.metrics("episodes", 2)] == [4.0, 5.0]
@@ -766,16 +776,16 @@ class TestMetrics:
         assert db.metrics("other") == []
 
     def test_asking_for_none_gets_none(self, db):
-        db.add_metrics("episodes", [{"return": 1.0}, {"return": 2.0}])
+        db.add_metrics("episodes", [episode(1.0), episode(2.0)])
         assert db.metrics("episodes", 0) == []
 
     def test_bounded(self, db, monkeypatch):
-        monkeypatch.setattr(base, "METRICS_LIMIT", 10)  # the real limit, made small enough to reach
+        monkeypatch.setattr(fleet, "METRICS_LIMIT", 10)  # the real limit, made small enough to reach
         for start in range(0, 25, 5):
-            db.add_metrics("episodes", [{"n": i} for i in range(start, start + 5)])
+            db.add_metrics("episodes", [episode(1.0, n=i) for i in range(start, start + 5)])
         db.add_metrics("train", [{"n": -1}])
         assert [m["n"] for m in db.metrics("episodes")] == list(range(15, 25))
-        db.add_metrics("episodes", [{"n": i} for i in range(25, 60)])  # one call far past the limit
+        db.add_metrics("episodes", [episode(1.0, n=i) for i in range(25, 60)])  # one call far past the limit
         assert [m["n"] for m in db.metrics("episodes")] == list(range(50, 60))
         assert db.metrics("train") == [{"n": -1}]
 
@@ -786,8 +796,8 @@ PARTS = ["sessions", "params", "workers", "metrics"]
 def fill(db) -> None:
     db.add_sessions([tiny(i) for i in range(3)], capacity=BIG)
     db.save_params(params_of(1))
-    db.heartbeat("w", {"id": "w"}, ttl=60)
-    db.add_metrics("episodes", [{"return": 1.0}])
+    db.heartbeat("w", beat("w"), ttl=60)
+    db.add_metrics("episodes", [episode(1.0)])
 
 
 def present(db) -> dict[str, bool]:
@@ -795,8 +805,8 @@ def present(db) -> dict[str, bool]:
     return {
         "sessions": markers(db.get_batch(range(1, 10))) == [0, 1, 2] and size(db.sample_batch(2)) == 2,
         "params": db.params_version() == 1 and db.load_params() is not None,
-        "workers": db.workers() == [{"id": "w"}],
-        "metrics": db.metrics("episodes") == [{"return": 1.0}],
+        "workers": db.workers() == [beat("w")],
+        "metrics": db.metrics("episodes") == [episode(1.0)],
     }
 
 
