@@ -1,5 +1,6 @@
 """Redis backend: many machines share one server (how it works: docs/database.rst). Keys are ``{prefix}:{name}``."""
 
+import contextlib
 import re
 import time
 from urllib.parse import urlsplit
@@ -11,6 +12,7 @@ from .backend import number
 from .base import Database
 
 NAMESPACES = "tinyverse:namespaces"
+ANSWER_WAIT = 30.0  # seconds a worker's command waits for an answer before it says so (and waits on)
 TYPES = {"sessions": b"hash", "seq": b"string", "lo": b"string", "meta": b"hash", "params": b"hash"}  # of our keys
 
 # KEYS: sessions, seq, lo, meta, namespaces; ARGV: capacity (stored unless one is), prefix, sessions. One INCRBY,
@@ -19,7 +21,7 @@ TYPES = {"sessions": b"hash", "seq": b"string", "lo": b"string", "meta": b"hash"
 ADD = """
 local cap = tonumber(redis.call('HGET', KEYS[4], 'capacity') or ARGV[1])
 local lo = tonumber(redis.call('GET', KEYS[3]) or '1')
-if not (cap and lo and cap >= 1 and cap % 1 == 0 and lo % 1 == 0) then
+if not (cap and lo and cap >= 1 and cap <= 2^53 and cap % 1 == 0 and lo % 1 == 0) then
   return redis.error_reply('tinyverse: ' .. KEYS[4] .. ' capacity or ' .. KEYS[3] .. ' is not a whole number')
 end
 redis.call('SADD', KEYS[5], ARGV[2])
@@ -60,8 +62,9 @@ class RedisDatabase(Database):
     def __init__(self, url: str, prefix: str = "tinyverse", retry_for: float | None = None):
         super().__init__(url, prefix, retry_for)
         url, replica = _replica(url)
-        timeout = 30 if retry_for is None else max(1.0, min(retry_for, 5.0))  # a silent server: tools give up soon
-        opts = dict(socket_timeout=timeout, socket_connect_timeout=5, health_check_interval=10)
+        timeout = ANSWER_WAIT if retry_for is None else max(1.0, min(retry_for, 5.0))  # tools give up soon
+        once = redis.retry.Retry(redis.backoff.NoBackoff(), 0)  # _call alone retries, and says so
+        opts = dict(socket_timeout=timeout, socket_connect_timeout=5, health_check_interval=10, retry=once)
         self.r = redis.Redis.from_url(url, **opts)
         # params reads (every player's load: the hub's biggest load) from a read replica when the URL names one
         self.reads = self.r if replica is None else redis.Redis.from_url(replica, **opts)
@@ -84,11 +87,9 @@ class RedisDatabase(Database):
         """Junk in our keys (of another type, a text for a number) is named, with the fix; else as any backend's."""
         if not re.search(r"WRONGTYPE|not an integer|not a valid float|^tinyverse: ", str(error)):
             return super()._failure(error)
-        try:
-            wrong = [f"{key} holds a {found.decode()}" for key, found in self._wrong_types()]
-        except redis.RedisError:  # the server went away meanwhile: the error alone, then
-            wrong = []
-        return f"Redis at {self.url}: {', '.join(wrong) or str(error).removeprefix('tinyverse: ')}: {self.junk}"
+        with contextlib.suppress(redis.RedisError):  # the server may be gone meanwhile: the error alone, then
+            error = ", ".join(f"{key} holds a {kind.decode()}" for key, kind in self._wrong_types()) or error
+        return f"Redis at {self.url}: {str(error).removeprefix('tinyverse: ')}: {self.junk}"
 
     def _wrong_types(self) -> list[tuple[str, bytes]]:
         """Our keys (those of this prefix, and the list of prefixes) that hold another type than tinyverse's."""
