@@ -146,12 +146,13 @@ def _header(data: bytes) -> tuple[bytes, list, list, int]:
 
 
 def _inflate(raw: bytes, into: np.ndarray) -> None:
-    """zlib data of exactly ``into``'s bytes, inflated straight into it a MiB at a time: never more, so that a tiny
-    record cannot fill memory, nor a big one take twice its size."""
+    """zlib data of exactly ``into``'s bytes, inflated straight into it: 4 KiB of it at a time, which inflate to
+    at most 4 MiB, so that a tiny record cannot fill memory, nor a big one take twice its size."""
     view, z, at = memoryview(into.reshape(-1).view(np.uint8)), zlib.decompressobj(), 0
-    while (chunk := z.decompress(raw, 2**20)) and at + len(chunk) <= len(view):
+    for start in range(0, len(raw), 4096):
+        if at + len(chunk := z.decompress(raw[start : start + 4096])) > len(view):
+            break
         view[at : at + len(chunk)] = chunk
         at += len(chunk)
-        raw = z.unconsumed_tail
-    if at != len(view) or chunk or not z.eof or z.unconsumed_tail:
+    if at != len(view) or not z.eof or z.unused_data:
         raise ValueError("compressed data does not fit the shape")
