@@ -161,7 +161,7 @@ def beat(worker_id: str, **more) -> dict:
 
 def episode(r: float, **more) -> dict:
     """An episode's metrics record as players write them."""
-    return {"return": r, "time": 1.0 + r, **more}
+    return {"return": r, "time": 1.0 + r, "steps": 10, **more}
 
 
 def warnings_about(caplog, text: str) -> list[str]:
@@ -1421,7 +1421,8 @@ class TestJunk:
         assert db.setting(key) is None
 
     def test_malformed_heartbeats_are_skipped_with_a_warning_now_and_then(self, db, caplog):
-        db.heartbeat("good", beat("good", pace={"learning_starts": 0, "pace_slack": 10, "session_length": 8}))
+        pace = {"updates_per_step": None, "learning_starts": 0, "pace_slack": 10, "session_length": 8}
+        db.heartbeat("good", beat("good", pace=pace, waiting=None))
         bad = {
             "a": "not json",
             "b": "[1, 2]",

@@ -13,7 +13,7 @@ from .errors import RecordError
 
 MAGIC = b"TVR1"
 COMPRESS_MIN_BYTES = 4096  # uint8 arrays (image frames) this big are stored with zlib when it saves a quarter
-MAX_BYTES = 2**30  # the arrays of one record, all told: a tiny foreign one must not declare huge zeros or zlib data
+MAX_BYTES = 2**30  # a record's arrays, all told: a tiny record must not declare huge zeros or zlib
 _LEN = struct.Struct("<I")
 _KINDS = set("biufc")  # bool, signed, unsigned, float, complex: nothing that holds objects
 _ERRORS = (ValueError, TypeError, KeyError, struct.error, zlib.error, RecursionError, OverflowError)
@@ -66,7 +66,7 @@ def decode_batch(blobs: list[bytes], expected: list | None = None) -> tuple[dict
     ``kept``: the indices of the k records, in order; ``errors``: ``(index, reason)`` of corrupt or foreign ones.
     Records whose :func:`layout` differs from ``expected`` (default: the first good record's) are in neither.
     """
-    groups, specs, errors = {}, {}, []  # header bytes -> (spec, indices of its records); index -> its spec
+    groups, specs, errors = {}, {}, []  # header bytes -> (spec, records' indices); index -> spec
     for i, data in enumerate(blobs):
         try:
             head, found, specs[i], end = _header(data)
@@ -103,7 +103,7 @@ def decode_batch(blobs: list[bytes], expected: list | None = None) -> tuple[dict
 
 
 def check_layout(value) -> None:
-    """ValueError unless ``value`` is a layout that records can have, as :func:`layout` makes them."""
+    """ValueError unless ``value`` is a layout records can have, as :func:`layout` makes them."""
     head = json.dumps([[*entry, "zeros", 0] for entry in value]).encode()
     if _header(MAGIC + _LEN.pack(len(head)) + head)[1] != value:
         raise ValueError(f"not a layout: {value!r:.80}")
@@ -111,31 +111,28 @@ def check_layout(value) -> None:
 
 def _header(data: bytes) -> tuple[bytes, list, list, int]:
     """A record's header bytes, layout, spec (an array's bytes are data[start:end]) and length, cached by header;
-    ValueError for anything but up to 16-dimensional numeric arrays that fit their bytes and, all told, the budget."""
-    if data[:4] != MAGIC:
-        raise ValueError("not a tinyverse record")
-    (n,) = _LEN.unpack_from(data, 4)
+    ValueError unless numeric arrays of at most 16 dimensions fit their bytes and the budget."""
+    if data[:4] != MAGIC or (n := _LEN.unpack_from(data, 4)[0]) > 2**20:
+        raise ValueError("not a tinyverse record, or its header is over 1 MiB")
     head = bytes(memoryview(data)[: 8 + n])  # with the magic and length: a cut header is another key
     if head in _HEADERS:
         return _HEADERS[head]
-    if n > 2**20:
-        raise ValueError(f"header of {n} bytes")
     spec, names, start, budget = [], set(), 8 + n, MAX_BYTES
     for name, dtype, shape, codec, size in json.loads(head[8:]):
-        dt = np.dtype(dtype) if isinstance(dtype, str) else None  # not np.dtype([...]): no structured dtypes
-        if not isinstance(name, str) or dt is None or dt.kind not in _KINDS or dt.fields is not None:
+        dt = np.dtype(dtype) if isinstance(dtype, str) else None  # np.dtype([...]) is structured
+        if type(name) is not str or dt is None or dt.kind not in _KINDS or dt.fields is not None:
             raise ValueError(f"forbidden dtype {dtype!r:.40} or name {name!r:.40}")
-        if not isinstance(shape, list) or len(shape) > 16 or not all(type(d) is int and 0 <= d < 2**63 for d in shape):
+        if not isinstance(shape, list) or len(shape) > 16 or not all(type(d) is int for d in shape):
             raise ValueError(f"bad shape {shape!r:.60}")
         nbytes = math.prod(shape) * dt.itemsize
-        counted = math.prod(max(d, 1) for d in shape) * dt.itemsize  # as if no dimension were empty: none overflows
-        if counted > budget or not (type(size) is int and size >= 0) or name in names:
-            raise ValueError(f"array {name!r:.40} of {nbytes} bytes over budget, repeated, or of {size!r:.20} bytes")
+        counted = math.prod(max(d, 1) for d in shape) * dt.itemsize  # so that no shape overflows
+        if min(shape, default=0) < 0 or counted > budget or name in names or type(size) is not int:
+            raise ValueError(f"array {name!r:.40} of shape {shape!r:.40} over budget, or repeated")
         fits = {"raw": size == nbytes, "zeros": not size, "zlib": True}
         if codec not in fits:
             raise ValueError(f"unknown codec {codec!r:.20}")
         if not fits[codec]:
-            raise ValueError(f"{codec} array {name!r:.40} of {nbytes} bytes cannot take {size} bytes")
+            raise ValueError(f"{codec} array {name!r} of {nbytes} bytes cannot take {size} bytes")
         spec.append((name, dt, tuple(shape), codec, start, start + size))
         names.add(name)
         start, budget = start + size, budget - counted
@@ -146,8 +143,8 @@ def _header(data: bytes) -> tuple[bytes, list, list, int]:
 
 
 def _inflate(raw: bytes, into: np.ndarray) -> None:
-    """zlib data of exactly ``into``'s bytes, inflated straight into it: 4 KiB of it at a time, which inflate to
-    at most 4 MiB, so that a tiny record cannot fill memory, nor a big one take twice its size."""
+    """zlib data of exactly ``into``'s bytes, inflated into it 4 KiB (at most 4 MiB out) at a
+    time: a tiny record cannot fill memory, nor a big one take twice its size."""
     view, z, at = memoryview(into.reshape(-1).view(np.uint8)), zlib.decompressobj(), 0
     for start in range(0, len(raw), 4096):
         if at + len(chunk := z.decompress(raw[start : start + 4096])) > len(view):

@@ -17,8 +17,8 @@ def resolve(kind: type, path: str, db: Database | None, chosen: dict):
     stored, began = ({}, {}) if db is None else (db.setting("options") or {}, db.setting("defaults") or {})
     afresh = f"use another --prefix, or start afresh with {command('clear --all')}"
     if unknown := [key for key in stored if key not in fields]:
-        raise ExperimentError(f"{path} has no option {unknown[0]!r:.60}, stored in prefix {db.prefix}: {afresh}")
-    if wrong := [f"{k}={v!r:.60}, not {t}" for k, v in stored.items() if (t := _mistyped(kind, k, v))]:
+        raise ExperimentError(f"{path} has no option {unknown[0]!r}, stored in prefix {db.prefix}: {afresh}")
+    if wrong := [w for key, value in stored.items() if (w := _mistyped(kind, key, value))]:
         raise ExperimentError(f"{path}: prefix {db.prefix} stores option {wrong[0]}: {afresh}")
     try:
         args = kind(**{**stored, **chosen})
@@ -56,10 +56,11 @@ def store(exp, db) -> None:
 
 
 def _mistyped(kind: type, key: str, value) -> str | None:
-    """The type of option ``key`` if ``value`` is not what ``--set`` makes of it (an int is a float too)."""
+    """``key=value, not TYPE`` if ``value`` is not what ``--set`` makes of the option's type."""
     hint = typing.get_type_hints(kind)[key]
-    kinds = set(typing.get_args(hint)) if typing.get_origin(hint) in (typing.Union, types.UnionType) else {hint}
-    settable = kinds <= {bool, int, float, str, type(None)}  # --set makes no other type: no other is checked
-    if settable and type(value) not in kinds | ({int} if float in kinds else set()):
-        return getattr(hint, "__name__", str(hint))
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    kinds = set(typing.get_args(hint)) if union else {hint}
+    settable = kinds <= {bool, int, float, str, type(None)}  # others go unchecked
+    if settable and type(value) not in kinds | ({int} if float in kinds else set()):  # int: a float
+        return f"{key}={value!r:.60}, not {getattr(hint, '__name__', hint)}"
     return None

@@ -1,6 +1,5 @@
 """What a backend implements: a few primitives, each one or two native calls, that :class:`Database` runs through
-:meth:`Backend._call`, which waits out an unreachable server and turns the backend's errors into one line; and how
-what they read back is parsed (any machine that can write to the database may have written anything there)."""
+:meth:`Backend._call`, which waits out an unreachable server and turns the backend's errors into one line."""
 
 import contextlib
 import itertools
@@ -16,14 +15,18 @@ from ..errors import DatabaseError, Every, command, masked
 
 log = logging.getLogger(__name__)
 PREFIX_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # a prefix names tables and keys
-MAX_JSON = 2**20  # characters of a stored JSON text (a setting, a heartbeat, a metrics record): more is junk
-# what tinyverse stores under these settings (another value is refused in one line); other keys hold any JSON
-KINDS = {"capacity": int, "updates": int, "corrupt": int, "options": dict, "defaults": dict, "layout": list}
+
+# What the primitives read back is parsed before use: any machine that can write to the database may
+# have written anything there.
+MAX_JSON = 2**20  # characters of a JSON text read back (a setting, heartbeat, metric): more is junk
+# what tinyverse stores under these settings (any other value is refused); other keys: any JSON
+KINDS = {"capacity": int, "updates": int, "corrupt": int, "options": dict, "defaults": dict}
+KINDS |= {"layout": list}
 
 
 def number(value: Any, kind: type, what: str, fix: str, low: int = 0) -> Any:
-    """``value`` (a number, or its text as read back) as ``kind``, int or float, from ``low`` to 2^53; anything else
-    is one line naming ``what`` and ``fix``. Bools are no numbers, NaN and infinities are out of range."""
+    """``value`` (a number, or its text as read back) as ``kind``, int or float, from ``low`` to
+    2^53; else one line naming ``what`` and ``fix``. Bools are no numbers, NaN is out of range."""
     if isinstance(value, bytes | str) and len(value) <= 40:
         with contextlib.suppress(ValueError):
             value = kind(value)
@@ -43,8 +46,8 @@ def loads(text: Any) -> Any:
         raise ValueError("JSON nested too deeply") from None
 
 
-def typed_setting(key: str, value: Any, what: str, fix: str = "nothing was stored") -> Any:
-    """``value`` if it is what tinyverse stores under ``key`` (:data:`KINDS`), else one line naming ``what``."""
+def checked(key: str, value: Any, what: str, fix: str = "nothing was stored") -> Any:
+    """``value`` if it is what tinyverse stores under ``key`` (:data:`KINDS`), else one line."""
     if KINDS.get(key) is int and not isinstance(value, str):  # a count, never its text
         return number(value, int, what, fix, int(key == "capacity"))
     try:
@@ -88,21 +91,22 @@ class Backend:
 
     @property
     def junk(self) -> str:
-        """How to get rid of what tinyverse did not write under this prefix (any machine with access may have)."""
+        """How to get rid of what tinyverse did not write under this prefix."""
         return f"delete it with {command('clear --all')}, or use another --prefix"
 
     def _saved(self, version: Any, time: Any = 0) -> tuple[int, float]:
-        """A params version and save time as read back (version 0: none stored); one line if tinyverse did not
-        write them."""
-        what, fix = f"the stored params of {self.prefix}", f"delete them with {command('clear --del-weights')}"
-        return number(version, int, f"{what}' version", fix), number(time, float, f"{what}' time", fix)
+        """A params version (0: none stored) and save time as read back; one line if junk."""
+        what = f"the stored params of {self.prefix}"
+        fix = f"delete them with {command('clear --del-weights')}"
+        version = number(version, int, f"{what}' version", fix)
+        return version, number(time, float, f"{what}' time", fix)
 
     def _failure(self, error: Exception) -> str:
         """The line for an error that waiting will not cure."""
         return f"{type(self).__name__[:-8]} at {self.url}: {error} (check --db)"
 
     def _outage(self, error: Exception) -> tuple[str, str]:
-        """What to log while waiting ``error`` out, and the line for a tool that waited as long as it would."""
+        """What to log while waiting ``error`` out, and the line for a tool that waited enough."""
         fix = "start the server or pass --db sqlite:///tinyverse.db"
         waiting = f"database {self.url} unreachable ({error}); waiting with backoff"
         return waiting, f"cannot reach database {self.url} ({type(error).__name__}: {error}); {fix}"
@@ -114,13 +118,14 @@ class Backend:
         return [(i, found[i]) for i in ids if i in found]
 
     def namespaces(self) -> list[str]:
-        """Prefixes used in this database (some may hold no data: check before listing them); not junk."""
-        return sorted(p for p in self._call(self._namespaces) if isinstance(p, str) and PREFIX_RE.fullmatch(p))
+        """Prefixes used in this database (some may hold no data: check before listing them)."""
+        found = self._call(self._namespaces)
+        return sorted(p for p in found if isinstance(p, str) and PREFIX_RE.fullmatch(p))  # not junk
 
     # -- the primitives -------------------------------------------------------------------------------------------
     def _is_transient(self, error: Exception) -> bool: ...  # server down, database locked: worth waiting out
     def _add(self, blobs: list[bytes], capacity: int) -> None: ...  # capacity: stored if none is; then evict
-    def _range(self) -> tuple[int, int, int]: ...  # oldest and newest stored id, sessions ever added (parsed)
+    def _range(self) -> tuple[int, int, int]: ...  # oldest and newest stored id, sessions ever added
     def _get(self, ids: list[int]) -> dict[int, bytes]: ...  # of distinct ids, at least one
     def _delete(self, ids: list[int]) -> int: ...  # how many were there
     def _set_meta(self, key: str, value: str | None, if_absent: bool) -> None: ...  # None: delete

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..encoding import decode, decode_batch, differences, encode, layout
 from ..errors import DatabaseError, RecordError, TinyverseError, command
-from .backend import loads, number, typed_setting
+from .backend import checked, loads, number
 from .fleet import Fleet
 
 log = logging.getLogger(__name__)
@@ -46,10 +46,9 @@ class Database(Fleet):
                 raise TinyverseError(f"prefix {self.prefix} holds sessions of another layout ({found}): {fix}")
             self.layout = mine
         size = sum(np.asarray(a).nbytes for a in sessions[0].values())
-        default = typed_setting(
-            "capacity", capacity or int(min(10**6, max(1000, BUDGET // max(size, 1)))), "buffer size"
-        )
-        self._call(self._add, [encode(s) for s in sessions], default)
+        default = capacity or int(min(10**6, max(1000, BUDGET // max(size, 1))))
+        blobs = [encode(s) for s in sessions]
+        self._call(self._add, blobs, checked("capacity", default, "buffer size"))
 
     def sample_batch(self, n: int) -> Arrays:
         """``n`` sessions drawn uniformly, stacked as by :meth:`get_batch`; fewer when some were skipped."""
@@ -97,7 +96,7 @@ class Database(Fleet):
 
     def set_capacity(self, capacity: int) -> None:
         """Keep at most ``capacity`` sessions from now on, for every worker, evicting the oldest now."""
-        capacity = typed_setting("capacity", capacity, "buffer size")
+        capacity = checked("capacity", capacity, "buffer size")
         if (old := self.capacity()) not in (None, capacity):
             log.warning("buffer size of %s: %d sessions, was %d (for every worker)", self.prefix, capacity, old)
         self._call(self._set_meta, "capacity", str(capacity), False)
@@ -108,17 +107,18 @@ class Database(Fleet):
 
     def claim(self, key: str, value: Any) -> Any:
         """Store ``value`` (as JSON) under ``key`` unless one is stored; return the stored one."""
-        self._call(self._set_meta, key, json.dumps(typed_setting(key, value, f"setting {key!r} to store")), True)
+        value = checked(key, value, f"setting {key!r} to store")  # before it is stored, never after
+        self._call(self._set_meta, key, json.dumps(value), True)
         return self.setting(key)
 
     def setting(self, key: str) -> Any:
-        """The JSON value stored under ``key`` by :meth:`claim`, or None; one line if tinyverse did not store it."""
-        if (text := self._call(self._get_meta, key)) is None:
-            return None
+        """The JSON value :meth:`claim` stored under ``key``, or None; one line if it is junk."""
+        what = f"setting {key!r} of prefix {self.prefix}"
         try:
-            return typed_setting(key, loads(text), f"setting {key!r} of prefix {self.prefix}", self.junk)
+            text = self._call(self._get_meta, key)
+            return None if text is None else checked(key, loads(text), what, self.junk)
         except ValueError:
-            raise DatabaseError(f"setting {key!r} of prefix {self.prefix} is not JSON: {self.junk}") from None
+            raise DatabaseError(f"{what} is not JSON: {self.junk}") from None
 
     def add_updates(self, n: int, name: str = "updates") -> int:
         """Add ``n`` to a counter (trainer "updates", the pace's; "corrupt" records removed); return the total."""

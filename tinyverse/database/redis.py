@@ -10,50 +10,11 @@ import redis
 from ..errors import DatabaseError
 from .backend import number
 from .base import Database
+from .lua import ADD, CLEAR
 
 NAMESPACES = "tinyverse:namespaces"
-ANSWER_WAIT = 30.0  # seconds a worker's command waits for an answer before it says so (and waits on)
-TYPES = {"sessions": b"hash", "seq": b"string", "lo": b"string", "meta": b"hash", "params": b"hash"}  # of our keys
-
-# KEYS: sessions, seq, lo, meta, namespaces; ARGV: capacity (stored unless one is), prefix, sessions. One INCRBY,
-# HSET and HDEL a round (in chunks: Lua's unpack takes a few thousand values), not one call a session. A capacity
-# or oldest id set by hand is refused before anything is written; ids far below the oldest kept go by one HKEYS
-ADD = """
-local cap = tonumber(redis.call('HGET', KEYS[4], 'capacity') or ARGV[1])
-local lo = tonumber(redis.call('GET', KEYS[3]) or '1')
-if not (cap and lo and cap >= 1 and cap <= 2^53 and cap % 1 == 0 and lo % 1 == 0) then
-  return redis.error_reply('tinyverse: ' .. KEYS[4] .. ' capacity or ' .. KEYS[3] .. ' is not a whole number')
-end
-redis.call('SADD', KEYS[5], ARGV[2])
-redis.call('HSETNX', KEYS[4], 'capacity', ARGV[1])
-local n = #ARGV - 2
-local id = redis.call('INCRBY', KEYS[2], n)
-for s = 0, n - 1, 1000 do
-  local fields = {}
-  for i = s, math.min(s + 999, n - 1) do fields[#fields + 1] = id - n + 1 + i; fields[#fields + 1] = ARGV[3 + i] end
-  redis.call('HSET', KEYS[1], unpack(fields))
-end
-lo = math.min(lo, id - n + 1)
-if id - cap + 1 - lo > redis.call('HLEN', KEYS[1]) then
-  for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
-    if (tonumber(f) or 0) <= id - cap then redis.call('HDEL', KEYS[1], f) end
-  end
-  lo = id - cap + 1
-end
-while id - lo + 1 > cap do
-  local gone = {}
-  while id - lo + 1 > cap and #gone < 1000 do gone[#gone + 1] = lo; lo = lo + 1 end
-  redis.call('HDEL', KEYS[1], unpack(gone))
-end
-redis.call('SET', KEYS[3], lo)
-"""
-
-# KEYS: sessions, seq, lo, meta. One script: an append racing a GET of seq went uncounted
-CLEAR = """
-redis.call('UNLINK', KEYS[1])
-redis.call('SET', KEYS[3], (tonumber(redis.call('GET', KEYS[2]) or '0') or 0) + 1)
-redis.call('HDEL', KEYS[4], 'layout')
-"""
+ANSWER_WAIT = 30.0  # seconds a worker's command waits for an answer till it says so and waits on
+TYPES = {"sessions": b"hash", "seq": b"string", "lo": b"string", "meta": b"hash", "params": b"hash"}
 
 
 class RedisDatabase(Database):
@@ -62,9 +23,10 @@ class RedisDatabase(Database):
     def __init__(self, url: str, prefix: str = "tinyverse", retry_for: float | None = None):
         super().__init__(url, prefix, retry_for)
         url, replica = _replica(url)
-        timeout = ANSWER_WAIT if retry_for is None else max(1.0, min(retry_for, 5.0))  # tools give up soon
+        timeout = ANSWER_WAIT if retry_for is None else max(1.0, min(retry_for, 5.0))  # tools: soon
         once = redis.retry.Retry(redis.backoff.NoBackoff(), 0)  # _call alone retries, and says so
-        opts = dict(socket_timeout=timeout, socket_connect_timeout=5, health_check_interval=10, retry=once)
+        opts = dict(socket_timeout=timeout, socket_connect_timeout=5, health_check_interval=10)
+        opts["retry"] = once
         self.r = redis.Redis.from_url(url, **opts)
         # params reads (every player's load: the hub's biggest load) from a read replica when the URL names one
         self.reads = self.r if replica is None else redis.Redis.from_url(replica, **opts)
@@ -84,19 +46,21 @@ class RedisDatabase(Database):
         return loading or isinstance(e, (redis.ConnectionError, redis.TimeoutError))
 
     def _failure(self, error):
-        """Junk in our keys (of another type, a text for a number) is named, with the fix; else as any backend's."""
+        """Junk in our keys (another type, text for a number) is named, with the fix."""
         if not re.search(r"WRONGTYPE|not an integer|not a valid float|^tinyverse: ", str(error)):
             return super()._failure(error)
-        with contextlib.suppress(redis.RedisError):  # the server may be gone meanwhile: the error alone, then
-            error = ", ".join(f"{key} holds a {kind.decode()}" for key, kind in self._wrong_types()) or error
+        with contextlib.suppress(redis.RedisError):  # the server may be gone by now
+            wrong = [f"{key} holds a {kind.decode()}" for key, kind in self._wrong_types()]
+            error = ", ".join(wrong) or error
         return f"Redis at {self.url}: {str(error).removeprefix('tinyverse: ')}: {self.junk}"
 
     def _wrong_types(self) -> list[tuple[str, bytes]]:
-        """Our keys (those of this prefix, and the list of prefixes) that hold another type than tinyverse's."""
+        """Our keys (this prefix's, the list of prefixes) of another type than tinyverse's."""
         want = {self.k[name]: kind for name, kind in TYPES.items()} | {NAMESPACES: b"set"}
         metrics = self.r.scan_iter(match=f"{self.prefix}:metrics:*", count=1000)
-        want |= {key.decode(errors="replace"): b"list" for key in metrics}  # what clear --all scans for anyway
-        return [(key, kind) for key in want if (kind := self.r.type(key)) not in (b"none", want[key])]  # rare
+        want |= {key.decode(errors="replace"): b"list" for key in metrics}  # clear --all scans them
+        found = {key: self.r.type(key) for key in want}  # a call a key: only after an error
+        return [(key, kind) for key, kind in found.items() if kind not in (b"none", want[key])]
 
     def _add(self, blobs, capacity):
         self.scripts["add"](keys=[*self.ring, NAMESPACES], args=[capacity, self.prefix, *blobs])
@@ -131,7 +95,8 @@ class RedisDatabase(Database):
         self.r.sadd(NAMESPACES, self.prefix)  # a namespace is listed once it holds data: sessions or params
 
         def write(p):  # WATCH/MULTI, retried if the params change in between (a Lua script would copy MBs)
-            if (new := version(self._saved(p.hget(self.k["params"], "version") or 0)[0])) is not None:
+            stored = self._saved(p.hget(self.k["params"], "version") or 0)[0]
+            if (new := version(stored)) is not None:
                 p.multi()
                 p.hset(self.k["params"], mapping={"version": new, "time": time.time(), "data": blob})
             return new
@@ -139,7 +104,8 @@ class RedisDatabase(Database):
         return self.r.transaction(write, self.k["params"], value_from_callable=True)
 
     def _params(self, data):
-        found = (self.reads if data else self.r).hmget(self.k["params"], ["version", "time", "data"][: 2 + data])
+        fields = ["version", "time", "data"] if data else ["version", "time"]
+        found = (self.reads if data else self.r).hmget(self.k["params"], fields)
         return None if found[0] is None else (*self._saved(*found[:2]), *found[2:])
 
     def _heartbeat(self, worker_id, info, ttl):
@@ -151,7 +117,8 @@ class RedisDatabase(Database):
     def _workers(self):
         keys = sorted(self.r.scan_iter(match=f"{self.prefix}:worker:*", count=1000))
         ids = [key.decode(errors="replace")[len(self.prefix) + 8 :] for key in keys]
-        return [(i, v) for i, v in zip(ids, self.r.mget(keys), strict=True) if v is not None] if keys else []
+        beats = self.r.mget(keys) if keys else []
+        return [(i, beat) for i, beat in zip(ids, beats, strict=True) if beat is not None]
 
     def _add_metrics(self, kind, records, limit):
         key = f"{self.prefix}:metrics:{kind}"
@@ -163,7 +130,7 @@ class RedisDatabase(Database):
 
     def _clear(self, what):
         if "settings" in what and (junk := [key for key, _ in self._wrong_types()]):
-            self.r.unlink(*junk)  # keys of ours of another type go whole, so that the rest of the clear can run
+            self.r.unlink(*junk)  # of another type: gone whole, so the rest can run
         if "sessions" in what:  # and their layout; keep seq (sessions ever added), start the ring after it
             self.scripts["clear"](keys=self.ring)
         keys = [self.k["params"]] if "params" in what else []

@@ -18,23 +18,24 @@ TABLES = {
     "workers": "id TEXT PRIMARY KEY, info TEXT, expires REAL",
     "metrics": "id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT, data TEXT",
 }
-MARK = "CREATE TABLE tinyverse_prefixes (prefix TEXT PRIMARY KEY)"  # marks a file as tinyverse's: its prefixes
-OURS = re.compile(r"([A-Za-z0-9_.-]{1,64}):(sessions|params|meta|workers|metrics|metrics_kind)")  # of a prefix
-LOCK_WAIT = 30.0  # seconds a worker's statement waits for the write lock before it says so (and waits on)
+MARK = "CREATE TABLE tinyverse_prefixes (prefix TEXT PRIMARY KEY)"  # the file is ours: its prefixes
+OURS = re.compile(r"([A-Za-z0-9_.-]{1,64}):(sessions|params|meta|workers|metrics|metrics_kind)")
+LOCK_WAIT = 30.0  # seconds a worker's statement waits for the write lock; then it says so, waits on
 
 
 def prefixes_in(conn: sqlite3.Connection, path: str) -> set[str]:
-    """The prefixes of a file's tinyverse tables, marked or of an earlier version (unmarked); DatabaseError if it
-    holds anything else: tables, views or triggers of another application, which tinyverse must never touch."""
+    """The prefixes of a file's tinyverse tables, marked or of an earlier version (unmarked);
+    DatabaseError if it holds anything else: tables, views or triggers of another application."""
     found, foreign = set(), []
     for kind, name, sql in conn.execute("SELECT type, name, sql FROM sqlite_master"):
         if (ours := OURS.fullmatch(name)) and kind in ("table", "index"):
             found.add(ours[1])
-        elif not (name.startswith("sqlite_") or sql == MARK):  # SQLite's own: sqlite_sequence, autoindexes
+        elif not (name.startswith("sqlite_") or sql == MARK):  # SQLite's own: indexes, sequences
             foreign.append(name)
     if foreign:
         listed = ", ".join(map(repr, foreign[:3])) + (", ..." if len(foreign) > 3 else "")
-        raise DatabaseError(f"{path} holds tables that are not tinyverse's ({listed}): pass --db a file of its own")
+        fix = "tinyverse writes only to a file of its own: pass another --db"
+        raise DatabaseError(f"{path} holds tables that are not tinyverse's ({listed}): {fix}")
     return found
 
 
@@ -47,35 +48,38 @@ class SQLiteDatabase(Database):
         if not create and not os.path.exists(self.path):
             raise DatabaseError(f"no SQLite database at {self.path}: check --db (or $TINYVERSE_DB)")
         self.t = {name: f'"{prefix}:{name}"' for name in TABLES}
-        self.busy = LOCK_WAIT if retry_for is None else min(retry_for, 5.0)  # tools give up within seconds
+        self.busy = LOCK_WAIT if retry_for is None else min(retry_for, 5.0)  # tools: within seconds
         self._local = threading.local()
         self._call(self._open)
 
     def _open(self) -> None:
-        """Refuse a file that holds another application's tables before writing anything, the journal mode included;
-        then create this prefix's tables, marked, and mark those of earlier versions."""
+        """Refuse a file that holds another application's tables before writing anything (its
+        journal mode included); then create this prefix's tables, and mark them and older ones."""
         with contextlib.closing(sqlite3.connect(self.path, timeout=self.busy)) as plain:
             found = prefixes_in(plain, self.path) | {self.prefix}
         with self._write() as db:
             for name, columns in TABLES.items():
                 db.execute(f"CREATE TABLE IF NOT EXISTS {self.t[name]} ({columns})")
-            db.execute(f'CREATE INDEX IF NOT EXISTS "{self.prefix}:metrics_kind" ON {self.t["metrics"]} (kind, id)')
+            index = f'"{self.prefix}:metrics_kind"'
+            db.execute(f"CREATE INDEX IF NOT EXISTS {index} ON {self.t['metrics']} (kind, id)")
             db.execute(MARK.replace("TABLE", "TABLE IF NOT EXISTS"))
-            db.executemany("INSERT OR IGNORE INTO tinyverse_prefixes VALUES (?)", [(p,) for p in sorted(found)])
+            marks = [(prefix,) for prefix in sorted(found)]
+            db.executemany("INSERT OR IGNORE INTO tinyverse_prefixes VALUES (?)", marks)
 
     @property
     def conn(self) -> sqlite3.Connection:
         """This thread's connection: in autocommit mode, so one statement is one transaction."""
         if getattr(self._local, "conn", None) is None:
-            conn = sqlite3.connect(self.path, timeout=self.busy, isolation_level=None, check_same_thread=False)
-            for tries in range(int(self.busy * 100), -1, -1):  # of processes making a file WAL at once, one wins
+            opts = dict(timeout=self.busy, isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(self.path, **opts)
+            for tries in range(int(self.busy * 100), -1, -1):  # of those making it WAL, one wins
                 try:
                     conn.execute("PRAGMA journal_mode=WAL")
                     break
                 except sqlite3.OperationalError as e:
                     if not self._is_transient(e) or tries == 0:
                         raise
-                    time.sleep(0.01)  # at once, not made to wait as for a lock: try again, as long as for one
+                    time.sleep(0.01)  # refused at once, not made to wait: try again, as for a lock
             conn.execute("PRAGMA synchronous=NORMAL")
             self._local.conn = conn  # only once it works: a file that is not a database fails each time
         return self._local.conn
@@ -92,7 +96,8 @@ class SQLiteDatabase(Database):
 
     def _outage(self, error):
         waiting = f"waiting for the write lock of {self.path} held by another process"
-        return waiting, f"{self.path} is locked by another process ({error}): try again once it is done, or check --db"
+        fix = "try again once it is done, or check --db"
+        return waiting, f"{self.path} is locked by another process ({error}): {fix}"
 
     def _range(self):
         s = self.t["sessions"]  # subqueries: one min(id), max(id) statement scans the table
@@ -106,7 +111,8 @@ class SQLiteDatabase(Database):
         with self._write() as db:
             db.execute(f"INSERT OR IGNORE INTO {meta} VALUES ('capacity', ?)", (str(capacity),))
             stored = db.execute(f"SELECT value FROM {meta} WHERE key = 'capacity'").fetchone()[0]
-            capacity = number(stored, int, f"setting 'capacity' of prefix {self.prefix}", self.junk, 1)
+            what = f"setting 'capacity' of prefix {self.prefix}"
+            capacity = number(stored, int, what, self.junk, 1)  # junk would evict every session
             db.executemany(f"INSERT INTO {s} (data) VALUES (?)", [(b,) for b in blobs])
             db.execute(f"DELETE FROM {s} WHERE id <= (SELECT max(id) FROM {s}) - ?", (capacity,))
 
@@ -142,7 +148,8 @@ class SQLiteDatabase(Database):
 
     def _params(self, data):
         sql = f"SELECT version, time, {'data' if data else 'NULL'} FROM {self.t['params']}"
-        return None if (row := self.conn.execute(sql).fetchone()) is None else (*self._saved(*row[:2]), row[2])
+        row = self.conn.execute(sql).fetchone()
+        return None if row is None else (*self._saved(*row[:2]), row[2])
 
     def _heartbeat(self, worker_id, info, ttl):
         with self._write() as db:

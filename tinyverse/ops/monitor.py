@@ -90,11 +90,11 @@ def _field_docs(kind) -> dict[str, str]:
 def info_text(db: Database, last: int = 100) -> str:
     """The dashboard of one namespace as text."""
     stored, added = db.count_sessions()
-    workers, saved, now = db.workers(), db.params_saved(), time.time()  # what tinyverse reads, typed (or one line)
+    workers, saved, now = db.workers(), db.params_saved(), time.time()  # typed, or one line
     lines = [f"[{db.prefix}] {db.url}"]
     if options := db.setting("options"):
-        shown = (f"{k}={v}" if f"{k}{v}".isprintable() else f"{k!r}={v!r}" for k, v in options.items())
-        lines.append("  options   " + ", ".join(shown))  # quoted if it would reach the terminal as a control
+        shown = [f"{k}={v}" for k, v in options.items()]  # quoted if a terminal would obey it
+        lines.append("  options   " + ", ".join(s if s.isprintable() else repr(s) for s in shown))
     if not (added or saved or workers):
         return "\n".join(lines + [f"  empty: start a player with {command('play')}"])
     corrupt = f", {n:,} corrupt removed" if (n := db.counter("corrupt")) else ""
@@ -102,7 +102,7 @@ def info_text(db: Database, last: int = 100) -> str:
     held = "none" if saved is None else f"version {saved.version}, saved {_age(now - saved.time)} ago"
     lines.append(f"  params    {held}")
     pace = next((w["pace"] for w in workers if w.get("pace")), None)
-    if pace and pace.get("updates_per_step"):
+    if pace and pace["updates_per_step"]:
         updates, played = db.counter("updates"), max(0, added * pace["session_length"] - pace["learning_starts"])
         actual = f"{updates / played:.3g}" if played else "-"
         lines.append(
@@ -114,19 +114,20 @@ def info_text(db: Database, last: int = 100) -> str:
         r = np.array(returns)
         lines.append(f"  returns   last {len(r)}: mean {r.mean():.1f}, min {r.min():.1f}, max {r.max():.1f}")
     latest = {m.get("worker"): m for m in db.metrics("train", 200)}  # each trainer's latest metrics
-    for m in latest.values():  # its numbers under keys of a few printable characters: the rest may be anything
-        numbers = {k: v for k, v in m.items() if type(v) in (int, float) and k.isprintable() and len(k) < 40}
-        shown = ", ".join(f"{k} {v:.4g}" for k, v in numbers.items() if k not in ("time", "version", "steps"))
-        lines.append(f"  training  {shown}" + (f" ({_age(now - m['time'])} ago)" if "time" in numbers else ""))
+    for m in latest.values():  # its numbers, under printable names: any other value may be anything
+        ago = f" ({_age(now - m['time'])} ago)" if "time" in m else ""
+        found = [(k, v) for k, v in m.items() if type(v) in (int, float) and k.isprintable()]
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in found if k not in ("time", "version", "steps"))
+        lines.append(f"  training  {shown}{ago}")
     return "\n".join(lines)
 
 
 def _worker_line(w: dict, saved, now: float) -> str:
     player = w["role"] == "player"
-    rate = f"{w.get('steps_per_s') or 0:,.0f} steps/s" if player else f"{w.get('updates_per_s') or 0:,.1f} updates/s"
+    rate = f"{w.get('steps_per_s', 0):,.0f} steps/s" if player else f"{w.get('updates_per_s', 0):,.1f} updates/s"
     used = f"  params v{w['version']}" if w.get("version") is not None else ""
     used += f", lag {saved.version - w['version']}" if used and saved is not None else ""  # staleness
-    used += f"  {w['pushes']:,} pushes, {w.get('conflicts') or 0:,} races lost" if w.get("pushes") else ""
+    used += f"  {w['pushes']:,} pushes, {w.get('conflicts', 0):,} races lost" if w.get("pushes") else ""
     used += f"  waiting {w['waiting']}" if w.get("waiting") else ""
     where = f"{w['host']} pid {w['pid']}" + (f" on {w['place']}" if w.get("place") else "")
     return f"  {w['role']:<8}  {where}  up {_age(now - w['started'])}  {rate}{used}"
@@ -149,7 +150,7 @@ def mode_plot(args):
     returns, k = np.array([m["return"] for m in episodes]), min(20, len(episodes))
     start = episodes[0]["time"]
     curves = {
-        "env steps": [m.get("steps") or 0 for m in episodes],  # db.metrics hands out typed records: may lack it
+        "env steps": [m["steps"] for m in episodes],
         "wall time (min)": [(m["time"] - start) / 60 for m in episodes],
     }
     fig = Figure(figsize=(15, 4), layout="tight")
@@ -159,7 +160,8 @@ def mode_plot(args):
         ax.plot(x[k - 1 :], np.convolve(returns, np.ones(k) / k, mode="valid"), label=f"mean of {k}")
         ax.set(xlabel=label, ylabel="return")
         ax.legend()
-    losses = [(m["updates"], m["loss"]) for m in db.metrics("train") if None not in (m.get("updates"), m.get("loss"))]
+    train = db.metrics("train")
+    losses = [(m["updates"], m["loss"]) for m in train if {"loss", "updates"} <= m.keys()]
     axes[2].set(xlabel="trainer updates", ylabel="loss", title="" if losses else "no trainer loss stored")
     if losses:
         axes[2].plot(*zip(*losses, strict=True), ".-")
