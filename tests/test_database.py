@@ -1420,6 +1420,12 @@ class TestJunk:
             db.claim(key, value)
         assert db.setting(key) is None
 
+    @pytest.mark.parametrize("capacity", [-5, 1.5, "7", 2**60])
+    def test_an_appends_capacity_is_checked_before_it_is_stored(self, db, capacity):
+        with pytest.raises(DatabaseError, match="^buffer size is .*: nothing was stored$"):
+            db.add_sessions([tiny(1)], capacity=capacity)
+        assert db.capacity() is None and db.count_sessions() == (0, 0)
+
     def test_malformed_heartbeats_are_skipped_with_a_warning_now_and_then(self, db, caplog):
         pace = {"updates_per_step": None, "learning_starts": 0, "pace_slack": 10, "session_length": 8}
         db.heartbeat("good", beat("good", pace=pace, waiting=None))
