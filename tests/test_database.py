@@ -7,9 +7,11 @@ sessions stored.
 """
 
 import inspect
+import json
 import logging
 import multiprocessing
 import pickle
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -22,11 +24,11 @@ from collections import Counter
 import numpy as np
 import pytest
 import redis
-from conftest import wait_for
+from conftest import in_thread, wait_for
 
 from tinyverse import errors
-from tinyverse.database import base, connect, masked
-from tinyverse.database.sqlite import SQLiteDatabase
+from tinyverse.database import connect, fleet, masked
+from tinyverse.database.sqlite import TABLES, SQLiteDatabase
 from tinyverse.encoding import decode, encode, layout
 from tinyverse.errors import DatabaseError, RecordError, TinyverseError
 
@@ -150,6 +152,16 @@ def raw_records(db) -> list[tuple[int, bytes]]:
     rows = sorted((int(k), v) for k, v in r.hgetall(f"{db.prefix}:sessions").items())
     r.close()
     return rows
+
+
+def beat(worker_id: str, **more) -> dict:
+    """A heartbeat as workers write them: what readers use, and ``more``."""
+    return {"id": worker_id, "role": "player", "host": "box", "pid": 7, "started": 1.0, **more}
+
+
+def episode(r: float, **more) -> dict:
+    """An episode's metrics record as players write them."""
+    return {"return": r, "time": 1.0 + r, "steps": 10, **more}
 
 
 def warnings_about(caplog, text: str) -> list[str]:
@@ -343,10 +355,10 @@ class TestSessions:
             db.set_capacity(5)
         assert db.capacity() == 5 and not warnings_about(caplog, "buffer size")
 
-    @pytest.mark.parametrize("bad", [0, -5])
-    def test_capacity_must_be_positive(self, db, bad):
+    @pytest.mark.parametrize("bad", [0, -5, 1.5, True, "9", 2**60, None])
+    def test_capacity_must_be_a_positive_count_checked_before_it_is_stored(self, db, bad):
         db.set_capacity(7)
-        with pytest.raises(DatabaseError, match="positive"):
+        with pytest.raises(DatabaseError, match="^buffer size is .*: nothing was stored$"):
             db.set_capacity(bad)
         assert db.capacity() == 7
 
@@ -630,7 +642,7 @@ class TestSettings:
 class TestStopRequests:
     def test_a_stop_request_survives_a_clear_until_the_worker_leaves(self, db):
         assert not db.stop_requested("w1")
-        db.heartbeat("w1", {"id": "w1"}, ttl=60)
+        db.heartbeat("w1", beat("w1"), ttl=60)
         db.request_stop("w1")
         assert db.stop_requested("w1") and not db.stop_requested("w2")
         db.clear(sessions=True, params=True, workers=True, metrics=True)
@@ -639,7 +651,7 @@ class TestStopRequests:
         assert not db.stop_requested("w1")
 
     def test_a_stop_request_expires(self, db, monkeypatch):
-        monkeypatch.setattr(base, "STOP_TTL", 0.3)
+        monkeypatch.setattr(fleet, "STOP_TTL", 0.3)
         db.request_stop("gone")
         assert db.stop_requested("gone")
         wait_for(lambda: not db.stop_requested("gone"), 20, "the stop request to expire")
@@ -735,30 +747,30 @@ class TestParams:
 class TestWorkers:
     def test_heartbeat_list_replace_remove(self, db):
         assert db.workers() == []
-        db.heartbeat("p1", {"id": "p1", "role": "player", "sessions": 1}, ttl=60)
-        db.heartbeat("t1", {"id": "t1", "role": "trainer", "steps": 0}, ttl=60)
-        db.heartbeat("p1", {"id": "p1", "role": "player", "sessions": 2}, ttl=60)  # replaces, not adds
+        db.heartbeat("p1", beat("p1", sessions=1), ttl=60)
+        db.heartbeat("t1", beat("t1", role="trainer", steps=0), ttl=60)
+        db.heartbeat("p1", beat("p1", sessions=2), ttl=60)  # replaces, not adds
         got = sorted(db.workers(), key=lambda w: w["id"])
-        assert got == [{"id": "p1", "role": "player", "sessions": 2}, {"id": "t1", "role": "trainer", "steps": 0}]
+        assert got == [beat("p1", sessions=2), beat("t1", role="trainer", steps=0)]
         db.remove_worker("p1")
         assert [w["id"] for w in db.workers()] == ["t1"]
         db.remove_worker("never-there")
         assert [w["id"] for w in db.workers()] == ["t1"]
 
     def test_heartbeats_expire(self, db):
-        db.heartbeat("short", {"id": "short"}, ttl=0.3)
-        db.heartbeat("long", {"id": "long"}, ttl=120)
+        db.heartbeat("short", beat("short"), ttl=0.3)
+        db.heartbeat("long", beat("long"), ttl=120)
         wait_for(lambda: [w["id"] for w in db.workers()] == ["long"], 20, "the short heartbeat to expire")
-        db.heartbeat("short", {"id": "short"}, ttl=120)  # a worker that comes back is listed again
+        db.heartbeat("short", beat("short"), ttl=120)  # a worker that comes back is listed again
         assert sorted(w["id"] for w in db.workers()) == ["long", "short"]
 
 
 class TestMetrics:
     def test_ordered_per_kind(self, db):
         assert db.metrics("episodes") == []
-        db.add_metrics("episodes", [{"return": float(i)} for i in range(5)])
+        db.add_metrics("episodes", [episode(float(i)) for i in range(5)])
         db.add_metrics("train", [{"loss": 0.5}])
-        db.add_metrics("episodes", [{"return": 5.0}])
+        db.add_metrics("episodes", [episode(5.0)])
         db.add_metrics("episodes", [])
         assert [m["return"] for m in db.metrics("episodes")] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
         assert [m["return"] for m in db.metrics("episodes", 2)] == [4.0, 5.0]
@@ -766,16 +778,16 @@ class TestMetrics:
         assert db.metrics("other") == []
 
     def test_asking_for_none_gets_none(self, db):
-        db.add_metrics("episodes", [{"return": 1.0}, {"return": 2.0}])
+        db.add_metrics("episodes", [episode(1.0), episode(2.0)])
         assert db.metrics("episodes", 0) == []
 
     def test_bounded(self, db, monkeypatch):
-        monkeypatch.setattr(base, "METRICS_LIMIT", 10)  # the real limit, made small enough to reach
+        monkeypatch.setattr(fleet, "METRICS_LIMIT", 10)  # the real limit, made small enough to reach
         for start in range(0, 25, 5):
-            db.add_metrics("episodes", [{"n": i} for i in range(start, start + 5)])
+            db.add_metrics("episodes", [episode(1.0, n=i) for i in range(start, start + 5)])
         db.add_metrics("train", [{"n": -1}])
         assert [m["n"] for m in db.metrics("episodes")] == list(range(15, 25))
-        db.add_metrics("episodes", [{"n": i} for i in range(25, 60)])  # one call far past the limit
+        db.add_metrics("episodes", [episode(1.0, n=i) for i in range(25, 60)])  # one call far past the limit
         assert [m["n"] for m in db.metrics("episodes")] == list(range(50, 60))
         assert db.metrics("train") == [{"n": -1}]
 
@@ -786,8 +798,8 @@ PARTS = ["sessions", "params", "workers", "metrics"]
 def fill(db) -> None:
     db.add_sessions([tiny(i) for i in range(3)], capacity=BIG)
     db.save_params(params_of(1))
-    db.heartbeat("w", {"id": "w"}, ttl=60)
-    db.add_metrics("episodes", [{"return": 1.0}])
+    db.heartbeat("w", beat("w"), ttl=60)
+    db.add_metrics("episodes", [episode(1.0)])
 
 
 def present(db) -> dict[str, bool]:
@@ -795,8 +807,8 @@ def present(db) -> dict[str, bool]:
     return {
         "sessions": markers(db.get_batch(range(1, 10))) == [0, 1, 2] and size(db.sample_batch(2)) == 2,
         "params": db.params_version() == 1 and db.load_params() is not None,
-        "workers": db.workers() == [{"id": "w"}],
-        "metrics": db.metrics("episodes") == [{"return": 1.0}],
+        "workers": db.workers() == [beat("w")],
+        "metrics": db.metrics("episodes") == [episode(1.0)],
     }
 
 
@@ -1230,3 +1242,458 @@ def test_redis_restart_is_waited_out(redis_server, prefix, caplog):
     with pytest.raises(DatabaseError, match="cannot reach database"):
         db.count_sessions()
     db.close()
+
+
+# -- junk: any machine that can write to the database may have written anything ---------------------------------------
+
+
+def raw(db):
+    """The backend's own client on the test's database: sqlite3 or redis-py, as a foreign writer has."""
+    return sqlite3.connect(db.path, timeout=30, isolation_level=None) if is_sqlite(db) else redis.Redis.from_url(db.url)
+
+
+def raw_meta(db, key: str, value) -> None:
+    """Store a setting, counter or stop request past the database's checks."""
+    client = raw(db)
+    if is_sqlite(db):
+        client.execute(f'INSERT OR REPLACE INTO "{db.prefix}:meta" VALUES (?, ?)', (key, value))
+    else:
+        client.hset(f"{db.prefix}:meta", key, value)
+    client.close()
+
+
+def raw_fields(db, **fields) -> None:
+    """Overwrite fields of the stored params (version, time) past the database's checks."""
+    client = raw(db)
+    for name, value in fields.items():
+        if is_sqlite(db):
+            client.execute(f'UPDATE "{db.prefix}:params" SET {name} = ?', (value,))
+        else:
+            client.hset(f"{db.prefix}:params", name, value)
+    client.close()
+
+
+def raw_beats(db, beats: dict) -> None:
+    """Store heartbeats (text of any kind) under worker ids, for a minute."""
+    client = raw(db)
+    for worker_id, text in beats.items():
+        if is_sqlite(db):
+            client.execute(f'INSERT INTO "{db.prefix}:workers" VALUES (?, ?, ?)', (worker_id, text, time.time() + 60))
+        else:
+            client.set(f"{db.prefix}:worker:{worker_id}", text, ex=60)
+    client.close()
+
+
+def raw_metrics(db, kind: str, texts: list) -> None:
+    client = raw(db)
+    for text in texts:
+        if is_sqlite(db):
+            client.execute(f'INSERT INTO "{db.prefix}:metrics" (kind, data) VALUES (?, ?)', (kind, text))
+        else:
+            client.rpush(f"{db.prefix}:metrics:{kind}", text)
+    client.close()
+
+
+def one_line(error: Exception, *names: str) -> str:
+    """The message of ``error``: one line, naming each of ``names``."""
+    message = str(error)
+    assert "\n" not in message and all(n in message for n in names), message
+    return message
+
+
+NESTED = "[" * 100_000 + "]" * 100_000  # json.loads's recursion error
+SETTINGS = [  # key, junk stored as its text, the method that reads it
+    ("capacity", "abc", "capacity"),
+    ("capacity", "0", "capacity"),
+    ("capacity", "-3", "capacity"),
+    ("capacity", "1.5", "capacity"),
+    ("capacity", '"7"', "capacity"),
+    ("capacity", str(2**63), "capacity"),
+    ("updates", "true", "counter"),
+    ("updates", "NaN", "counter"),
+    ("corrupt", "[1]", "counter"),
+    ("options", "[1, 2]", "setting"),
+    ("options", '"lr=0.1"', "setting"),
+    ("options", NESTED, "setting"),
+    ("options", "{" + " " * 2**20 + "}", "setting"),  # bigger than any setting tinyverse stores
+    ("defaults", "3", "setting"),
+    ("layout", "5", "setting"),
+    ("layout", '[["a", "|O", [1]]]', "setting"),
+    ("layout", '[["a", "<f8", [-1]]]', "setting"),
+    ("layout", '[["a", "<f8", [1073741824]]]', "setting"),  # 8 GiB a session
+    ("layout", '[["a", "<f8"]]', "setting"),
+    ("layout", "{", "setting"),
+]
+
+
+class TestJunk:
+    @pytest.mark.parametrize(("key", "junk", "reader"), SETTINGS, ids=[f"{k}-{j[:12]}" for k, j, _ in SETTINGS])
+    def test_a_junk_setting_is_one_line_naming_it_and_the_fix(self, db, key, junk, reader):
+        raw_meta(db, key, junk)
+        with pytest.raises(DatabaseError) as info:
+            {"capacity": db.capacity, "counter": lambda: db.counter(key), "setting": lambda: db.setting(key)}[reader]()
+        one_line(info.value, f"setting {key!r} of prefix {db.prefix}", "clear --all")
+        db.clear(sessions=True, params=True, workers=True, metrics=True)  # clear --all deletes it
+        assert db.setting(key) is None
+
+    def test_a_junk_layout_refuses_a_player_and_a_trainer_in_one_line(self, db):
+        raw_meta(db, "layout", '[["i", "not a dtype", []]]')
+        for use in (lambda: db.add_sessions([tiny(1)], capacity=BIG), lambda: db.sample_batch(2)):
+            raw_add(db, [tiny(0)])
+            with pytest.raises(DatabaseError) as info:
+                use()
+            one_line(info.value, "setting 'layout'", "clear --all")
+
+    @pytest.mark.parametrize("junk", ["abc", "0", "-5", "1.5", "1e300"])
+    def test_a_junk_capacity_evicts_nothing_and_writes_nothing(self, db, junk):
+        db.add_sessions([tiny(i) for i in range(4)], capacity=BIG)
+        raw_meta(db, "capacity", junk)
+        with pytest.raises(DatabaseError) as info:
+            db.add_sessions([tiny(9)])
+        one_line(info.value, "capacity", "clear --all")
+        assert db.count_sessions() == (4, 4) and sorted(markers(db.get_batch(range(1, 9)))) == [0, 1, 2, 3]
+
+    def test_a_counter_set_far_ahead_costs_an_append_no_more_than_its_sessions(self, db):
+        db.add_sessions([tiny(i) for i in range(3)], capacity=5)
+        if is_sqlite(db):  # the ids handed out, set by hand far ahead: eviction must not walk the gap
+            client = raw(db)
+            client.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = ?", (10**15, f"{db.prefix}:sessions"))
+            client.close()
+        else:
+            raw(db).set(f"{db.prefix}:seq", 10**15)
+        db.add_sessions([tiny(i) for i in range(10, 13)])
+        assert db.count_sessions().added == 10**15 + 3
+        assert set(markers(db.sample_batch(50))) == {10, 11, 12}
+        assert sorted(i for i, _ in raw_records(db)) == [10**15 + 1, 10**15 + 2, 10**15 + 3]
+
+    @pytest.mark.parametrize("junk", ["abc", "-1", str(2**60), "1.5"])
+    def test_a_junk_count_of_sessions_is_one_line(self, db, junk):
+        db.add_sessions([tiny(1)], capacity=5)
+        if is_sqlite(db):
+            client = raw(db)
+            client.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = ?", (junk, f"{db.prefix}:sessions"))
+            client.close()
+        else:
+            raw(db).set(f"{db.prefix}:seq", junk)
+        with pytest.raises(DatabaseError) as info:
+            db.count_sessions()
+        one_line(info.value, "clear --all")
+        db.clear(sessions=True, params=True, workers=True, metrics=True)
+        assert db.count_sessions() == (0, 0)
+
+    @pytest.mark.parametrize("field", ["version", "time"])
+    @pytest.mark.parametrize("junk", ["abc", "-1", str(2**64), "1.5e400", "nan"])
+    def test_a_junk_params_version_or_time_is_one_line(self, db, field, junk):
+        if field == "version" and junk == "nan":
+            junk = "1.5"
+        db.save_params(params_of(1))
+        raw_fields(db, **{field: junk})
+        uses = [db.params_version, db.load_params] + [lambda: db.save_params(params_of(2))] * (field == "version")
+        for use in uses:  # a save reads the version only: it replaces a junk time
+            with pytest.raises(DatabaseError) as info:
+                use()
+            one_line(info.value, f"the stored params of {db.prefix}' {field}", "clear --del-weights")
+        db.clear(params=True)
+        assert db.params_version() is None and db.save_params(params_of(2)) == 1
+
+    @pytest.mark.parametrize("junk", ["abc", "nan", "[1]", "-5"])
+    def test_a_junk_stop_request_is_one_line_and_goes_with_its_worker(self, db, junk):
+        raw_meta(db, "stop:w1", junk)
+        with pytest.raises(DatabaseError) as info:
+            db.stop_requested("w1")
+        one_line(info.value, "stop request of worker 'w1'")
+        db.remove_worker("w1")
+        assert not db.stop_requested("w1")
+
+    def test_a_junk_counter_is_one_line_when_added_to(self, db):
+        raw_meta(db, "updates", "abc" if not is_sqlite(db) else "1e300")
+        with pytest.raises(DatabaseError) as info:
+            db.add_updates(1)
+        one_line(info.value, "updates", "clear --all")
+
+    @pytest.mark.parametrize(
+        ("key", "value"),
+        [("layout", [["a", "|O", [1]]]), ("layout", 5), ("capacity", "x"), ("capacity", 0), ("options", [1])],
+    )
+    def test_claims_are_checked_before_they_are_stored(self, db, key, value):
+        with pytest.raises(DatabaseError, match="nothing was stored"):
+            db.claim(key, value)
+        assert db.setting(key) is None
+
+    @pytest.mark.parametrize("capacity", [-5, 1.5, "7", 2**60])
+    def test_an_appends_capacity_is_checked_before_it_is_stored(self, db, capacity):
+        with pytest.raises(DatabaseError, match="^buffer size is .*: nothing was stored$"):
+            db.add_sessions([tiny(1)], capacity=capacity)
+        assert db.capacity() is None and db.count_sessions() == (0, 0)
+
+    def test_malformed_heartbeats_are_skipped_with_a_warning_now_and_then(self, db, caplog):
+        pace = {"updates_per_step": None, "learning_starts": 0, "pace_slack": 10, "session_length": 8}
+        db.heartbeat("good", beat("good", pace=pace, waiting=None))
+        bad = {
+            "a": "not json",
+            "b": "[1, 2]",
+            "c": json.dumps({**beat("c"), "role": 5}),
+            "d": json.dumps({k: v for k, v in beat("d").items() if k != "host"}),
+            "e": json.dumps({**beat("e"), "pid": "7"}),
+            "f": json.dumps({**beat("f"), "started": "yesterday"}),
+            "g": json.dumps({**beat("g"), "started": float("nan")}),
+            "h": json.dumps({**beat("h"), "host": "box\x1b[2J"}),
+            "i": json.dumps({**beat("i"), "pace": {"session_length": "8"}}),
+            "j": json.dumps({**beat("j"), "pushes": True}),
+            "k": json.dumps({**beat("k"), "steps_per_s": 10**300}),
+            "l": "9" * 5000,
+        }
+        raw_beats(db, bad)
+        with caplog.at_level(logging.WARNING, logger="tinyverse"):
+            for _ in range(3):
+                assert [w["id"] for w in db.workers()] == ["good"]
+        (said,) = warnings_about(caplog, "malformed heartbeats")
+        assert f"skipped {len(bad)} malformed heartbeats in {db.prefix}" in said
+        db.clear(sessions=True, params=True, workers=True, metrics=True)
+        assert db.workers() == [] and (is_sqlite(db) or not list(raw(db).scan_iter(f"{db.prefix}:worker:*")))
+
+    def test_a_heartbeats_id_is_its_key(self, db):
+        raw_beats(db, {"w1": json.dumps({**beat("w1"), "id": ["not", "this"]})})
+        assert [w["id"] for w in db.workers()] == ["w1"]
+        db.remove_worker(db.workers()[0]["id"])
+        assert db.workers() == []
+
+    def test_malformed_metrics_are_skipped_with_a_warning_now_and_then(self, db, caplog):
+        db.add_metrics("episodes", [episode(1.0)])
+        raw_metrics(db, "episodes", ["not json", "[]", '{"return": "10", "time": 1}', '{"return": 1.0}'])
+        raw_metrics(db, "episodes", ['{"return": Infinity, "time": 1}', '{"return": 1, "time": 1, "steps": "x"}'])
+        db.add_metrics("train", [{"time": 1.0, "loss": 0.5, "note": "any text", "worker": "t"}])
+        raw_metrics(db, "train", ['{"loss": "low"}', '{"worker": [1]}', "{" * 3000])
+        with caplog.at_level(logging.WARNING, logger="tinyverse"):
+            for _ in range(3):
+                assert db.metrics("episodes") == [episode(1.0)] and db.recent_returns(10) == [1.0]
+                assert db.metrics("train") == [{"time": 1.0, "loss": 0.5, "note": "any text", "worker": "t"}]
+        assert len(warnings_about(caplog, "skipped 6 malformed episodes metrics")) == 1
+        assert len(warnings_about(caplog, "skipped 3 malformed train metrics")) == 1
+        db.clear(metrics=True)
+        assert db.metrics("episodes") == [] and db.metrics("train") == []
+
+
+WRONG_TYPES = [  # a key of ours made another Redis type, and a call that meets it
+    ("sessions", lambda r, k: r.rpush(k, "x"), lambda db: db.sample_batch(2)),
+    ("seq", lambda r, k: r.hset(k, "x", 1), lambda db: db.add_sessions([tiny(1)], capacity=BIG)),
+    ("lo", lambda r, k: r.rpush(k, "x"), lambda db: db.add_sessions([tiny(1)], capacity=BIG)),
+    ("meta", lambda r, k: r.set(k, "x"), lambda db: db.setting("options")),
+    ("params", lambda r, k: r.set(k, "x"), lambda db: db.params_version()),
+    ("metrics:episodes", lambda r, k: r.set(k, "x"), lambda db: db.metrics("episodes")),
+]
+
+
+@pytest.mark.parametrize(("name", "make", "use"), WRONG_TYPES, ids=[w[0] for w in WRONG_TYPES])
+def test_a_redis_key_of_another_type_is_named_and_clear_all_deletes_it(redis_server, prefix, name, make, use):
+    db = connect(redis_server.url, prefix, retry_for=5)
+    client = redis.Redis.from_url(redis_server.url)
+    db.add_sessions([tiny(0)], capacity=BIG)
+    client.delete(f"{prefix}:{name}")
+    make(client, f"{prefix}:{name}")
+    with pytest.raises(DatabaseError) as info:
+        use(db)
+    kind = client.type(f"{prefix}:{name}").decode()
+    one_line(info.value, f"{prefix}:{name} holds a {kind}", "clear --all")
+    db.clear(sessions=True, params=True, workers=True, metrics=True)
+    assert client.type(f"{prefix}:{name}") == b"none"
+    db.add_sessions([tiny(5)], capacity=BIG)
+    assert markers(db.sample_batch(2)) == [5, 5] and db.params_version() is None and db.metrics("episodes") == []
+    client.close()
+    db.close()
+
+
+def test_junk_in_the_list_of_prefixes_is_not_listed(redis_server, prefix):
+    db = connect(redis_server.url, prefix, retry_for=5)
+    db.add_sessions([tiny(0)], capacity=BIG)
+    redis.Redis.from_url(redis_server.url).sadd("tinyverse:namespaces", b"\xff\xfe", "a b", "x:y", "")
+    assert db.namespaces() == [prefix]
+    db.close()
+
+
+# -- a SQLite file of another application ------------------------------------------------------------------------------
+
+
+def app_file(tmp_path, *extra: str):
+    """Another application's SQLite file (rollback journal), with its own table named like one of tinyverse's."""
+    path = tmp_path / "app.db"
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT)")
+        conn.execute('CREATE TABLE "tinyverse:meta" (key TEXT PRIMARY KEY, value TEXT)')
+        conn.execute('INSERT INTO "tinyverse:meta" VALUES (?, ?)', ("theme", "dark"))
+        conn.executemany("INSERT INTO users (name) VALUES (?)", [("ada",), ("alan",)])
+        for sql in extra:
+            conn.execute(sql)
+    conn.close()
+    return path
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],
+        ["DROP TABLE users", 'CREATE TRIGGER t AFTER INSERT ON "tinyverse:meta" BEGIN SELECT 1; END'],
+        ["DROP TABLE users", 'CREATE VIEW "p:params" AS SELECT 1'],
+        ["DROP TABLE users", "CREATE TABLE tinyverse_prefixes (prefix TEXT, other BLOB)"],
+    ],
+    ids=["tables", "trigger", "view", "fake-mark"],  # all but the first only name tables as tinyverse does
+)
+def test_a_sqlite_file_of_another_application_is_refused_before_anything_is_written(tmp_path, extra):
+    path = app_file(tmp_path, *extra)
+    before = path.read_bytes()
+    for prefix in ("tinyverse", "other"):
+        with pytest.raises(DatabaseError) as info:
+            connect(f"sqlite:///{path}", prefix, retry_for=1)
+        one_line(info.value, str(path), "not tinyverse's", "--db")
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]  # no journal
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+    conn.close()
+
+
+def test_clear_all_on_another_applications_file_deletes_nothing(tmp_path):
+    path = app_file(tmp_path)
+    before = path.read_bytes()
+    proc = subprocess.run(
+        [sys.executable, "-m", "tinyverse", "clear", "--all", "--db", f"sqlite:///{path}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "not tinyverse's" in proc.stderr, proc.stderr
+    assert path.read_bytes() == before
+
+
+def test_files_of_earlier_versions_are_adopted_and_marked(tmp_path):
+    """Earlier versions named every table <prefix>:<name> and marked nothing: such a file keeps working."""
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    with conn:
+        for prefix in ("old1", "old2"):
+            for name, columns in TABLES.items():
+                conn.execute(f'CREATE TABLE "{prefix}:{name}" ({columns})')
+        conn.execute('INSERT INTO "old1:sessions" (data) VALUES (?)', (encode(tiny(4)),))
+    conn.close()
+    db = connect(f"sqlite:///{path}", "old1", retry_for=5)
+    assert markers(db.get_batch([1])) == [4] and db.count_sessions() == (1, 1)
+    assert db.namespaces() == ["old1", "old2"]
+    client = raw(db)
+    client.execute("INSERT INTO tinyverse_prefixes VALUES ('not a prefix!')")  # junk in the mark: not listed
+    client.close()
+    assert db.namespaces() == ["old1", "old2"]
+    db.clear(sessions=True, params=True, workers=True, metrics=True)
+    db.close()
+
+
+# -- servers that never answer, files whose write lock another process holds -------------------------------------------
+
+
+class SilentServer:
+    """A TCP server that accepts connections and never answers: a hung Redis, or something else on its port."""
+
+    def __init__(self, port: int = 0):
+        self.sock = socket.create_server(("127.0.0.1", port))
+        self.sock.settimeout(0.05)  # the accepting thread looks at self.open this often
+        self.port, self.held, self.open = self.sock.getsockname()[1], [], True
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        while self.open:
+            try:
+                self.held.append(self.sock.accept()[0])
+            except TimeoutError:
+                continue
+            except OSError:  # closed
+                return
+
+    def close(self):
+        self.open = False
+        self.thread.join(5)
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+def test_a_tool_gives_up_on_a_silent_server_within_seconds(prefix):
+    server = SilentServer()
+    try:
+        started = time.monotonic()
+        with pytest.raises(DatabaseError) as info:
+            connect(f"redis://127.0.0.1:{server.port}/0", prefix, retry_for=2)
+        assert time.monotonic() - started < 15
+        one_line(info.value, "cannot reach database", str(server.port))
+    finally:
+        server.close()
+
+
+def test_a_worker_waits_for_a_silent_server_and_says_so(tmp_path, prefix, caplog, monkeypatch):
+    from conftest import RedisServer
+
+    from tinyverse.database import redis as redis_backend
+
+    monkeypatch.setattr(redis_backend, "ANSWER_WAIT", 0.5)  # the real wait, made short enough to see
+    real = RedisServer(tmp_path)
+    server = SilentServer(real.port)
+    with caplog.at_level(logging.WARNING, logger="tinyverse"):
+        thread, outcome = in_thread(lambda: connect(real.url, prefix, retry_for=None))
+        try:
+            wait_for(lambda: warnings_about(caplog, "unreachable"), 30, "the worker to say it waits")
+            assert thread.is_alive(), "a worker waits for the server"
+        finally:
+            server.close()
+        real.start()  # the server answers at last, on the same port
+        try:
+            thread.join(60)
+            assert not thread.is_alive() and "error" not in outcome, outcome
+            db = outcome["result"]
+            db.add_sessions([tiny(3)], capacity=BIG)
+            assert markers(db.sample_batch(1)) == [3]
+            db.close()
+        finally:
+            real.stop()
+    assert warnings_about(caplog, "is back")
+
+
+def hold_write_lock(path) -> sqlite3.Connection:
+    """Another connection that holds the file's write lock until it commits (as a long write of another process)."""
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    return holder
+
+
+def test_a_tool_reports_a_held_write_lock_within_seconds(tmp_path, prefix):
+    url = f"sqlite:///{tmp_path / 'held.db'}"
+    connect(url, prefix, retry_for=5).close()
+    holder = hold_write_lock(tmp_path / "held.db")
+    try:
+        started = time.monotonic()
+        with pytest.raises(DatabaseError) as info:
+            connect(url, prefix, retry_for=1)
+        assert time.monotonic() - started < 10
+        one_line(info.value, "held.db is locked by another process")
+    finally:
+        holder.execute("COMMIT")
+        holder.close()
+
+
+def test_a_worker_waits_out_a_held_write_lock_and_says_so(tmp_path, prefix, caplog, monkeypatch):
+    from tinyverse.database import sqlite as sqlite_backend
+
+    monkeypatch.setattr(sqlite_backend, "LOCK_WAIT", 0.3)  # the real wait, made short enough to see
+    url = f"sqlite:///{tmp_path / 'held.db'}"
+    connect(url, prefix, retry_for=5).close()
+    holder = hold_write_lock(tmp_path / "held.db")
+    with caplog.at_level(logging.WARNING, logger="tinyverse"):
+        thread, outcome = in_thread(lambda: connect(url, prefix, retry_for=None))
+        try:
+            said = wait_for(lambda: warnings_about(caplog, "waiting for the write lock of"), 30, "the worker's word")
+            assert said == [f"waiting for the write lock of {tmp_path / 'held.db'} held by another process"]
+            assert thread.is_alive(), "a worker waits for the lock"
+        finally:
+            holder.execute("COMMIT")
+            holder.close()
+        thread.join(30)
+    assert not thread.is_alive() and "error" not in outcome, outcome
+    outcome["result"].close()

@@ -9,8 +9,21 @@ import zlib
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
-from tinyverse.encoding import COMPRESS_MIN_BYTES, MAGIC, decode, decode_batch, differences, encode, layout
+from tinyverse import encoding
+from tinyverse.encoding import (
+    COMPRESS_MIN_BYTES,
+    MAGIC,
+    check_layout,
+    decode,
+    decode_batch,
+    differences,
+    encode,
+    layout,
+)
 from tinyverse.errors import RecordError
 
 NUMERIC = [
@@ -448,3 +461,135 @@ def test_differences_name_every_array_that_differs_and_nothing_else():
         "unexpected a",
     ]
     assert differences(layout(a), layout(dict(reversed(list(a.items()))))) == [], "order is not a difference"
+
+
+# -- the record budget, and property-based tests: any bytes decode to arrays or to RecordError ------------------------
+def peak_of(fn) -> int:
+    """The most memory ``fn()`` held at once (numpy's arrays included), in bytes."""
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def refused(data: bytes) -> None:
+    with pytest.raises(RecordError):
+        decode(data)
+
+
+def test_the_budget_is_per_record_and_checked_before_anything_is_inflated():
+    """Five 256 MiB zlib arrays in a 1.3 MB record: each under the 1 GiB budget, together over it."""
+    quarter = zlib.compress(bytes(2**28), 9)
+    data = record([[f"a{i}", "|u1", [2**28], "zlib", len(quarter)] for i in range(5)], quarter * 5)
+    assert len(data) < 2**21 and peak_of(lambda: refused(data)) < 2**20
+    zeros = record([[f"a{i}", "<f8", [2**27], "zeros", 0] for i in range(2)])  # zeros count as much
+    assert peak_of(lambda: refused(zeros)) < 2**20
+
+
+def test_empty_dimensions_count_as_one_so_no_shape_overflows():
+    for shape in ([0, 2**62, 2**62], [2**40, 0], [0] * 16 + [1], [3] * 17):
+        refused(record([["a", "<f8", shape, "zeros", 0]]))
+    assert decode(record([["a", "<f8", [0, 2**20], "zeros", 0]]))["a"].shape == (0, 2**20)
+
+
+def test_a_record_as_big_as_the_budget_decodes_in_one_copy(monkeypatch):
+    """zlib arrays inflate into the batch a MiB at a time: not first into copies of their own."""
+    monkeypatch.setattr(encoding, "MAX_BYTES", 4 * 2**20)
+    rng = np.random.default_rng(5)
+    arrays = {f"f{i}": rng.integers(0, 4, 2**20, dtype=np.uint8) for i in range(4)}
+    data = encode(arrays)
+    assert [h[3] for h in header_of(data)] == ["zlib"] * 4
+    out = {}
+    assert peak_of(lambda: out.update(decode(data))) < 5.5 * 2**20  # each array once, and a MiB of zlib output
+    assert_same(out, arrays)
+    assert peak_of(lambda: refused(data[:-10] + data[-9:])) < 5.5 * 2**20
+    refused(encode({**arrays, "one more byte": np.zeros(1, np.uint8)}))
+
+
+def test_names_are_text_and_unique():
+    refused(record([["a", "<f8", [1], "zeros", 0], ["a", "<f4", [1], "zeros", 0]]))
+    refused(record([[7, "<f8", [1], "zeros", 0]]))
+
+
+def test_a_layout_is_checked_as_its_records_would_be():
+    check_layout(layout({"x": np.zeros((2, 3), np.float32), "y": np.array(1)}))
+    for junk in (
+        [["a", "|O", [1]]],
+        [["a", "<f8", [-1]]],
+        [["a", "<f8"]],
+        [["a", "=f8", [1]]],
+        5,
+        "x",
+        [["a", "<f8", [2**40]]],
+    ):
+        with pytest.raises((ValueError, TypeError)):
+            check_layout(junk)
+
+
+NAMES = st.text(max_size=8)
+DTYPES = st.sampled_from([*NUMERIC[:-3], "<f2", ">u2", "|O", "<U2", "V4", "i4,f8", "<M8[s]", "?", "nope"])
+DIMS = st.lists(st.one_of(st.integers(0, 64), st.integers(-2, 2**70)), max_size=4)
+CODECS = st.sampled_from(["raw", "zeros", "zlib", "lz4"])
+ENTRY = st.tuples(NAMES, DTYPES | st.integers(), DIMS | st.integers(), CODECS, st.integers(0, 600) | st.integers())
+
+
+@st.composite
+def records(draw) -> bytes:
+    """Records near the format: a header of arbitrary entries, some payload, often a good record's bytes changed."""
+    kind = draw(st.sampled_from(["bytes", "header", "mutated"]))
+    if kind == "bytes":
+        return draw(st.binary(max_size=600))
+    if kind == "header":
+        head = json.dumps([list(e) for e in draw(st.lists(ENTRY, max_size=4))]).encode()
+        return MAGIC + struct.pack("<I", len(head)) + head + draw(st.binary(max_size=600))
+    data = bytearray(draw(st.sampled_from([GOOD, FRAMES])))
+    for at, byte in draw(st.lists(st.tuples(st.integers(0, len(data) - 1), st.integers(0, 255)), max_size=4)):
+        data[at] = byte
+    return bytes(data[: draw(st.integers(0, len(data)))]) if draw(st.booleans()) else bytes(data)
+
+
+FRAMES = encode({"f": np.zeros((2, 8, 84), np.uint8) + np.arange(84, dtype=np.uint8), "x": np.arange(3.0)})
+BUDGET = 2**20  # the record budget while the properties are checked: what a record may make decode allocate
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(records(), min_size=1, max_size=4))
+def test_any_bytes_decode_to_arrays_or_record_error_within_the_budget(blobs):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(encoding, "MAX_BYTES", BUDGET)
+        patch.setattr(encoding, "_HEADERS", {})  # headers found under the real budget are looked at afresh
+        for data in blobs:
+            try:
+                peak = peak_of(lambda data=data: decode(data))
+            except RecordError:
+                continue
+            assert peak <= BUDGET + 5 * 2**20 + 4 * len(data)  # the arrays, 4 KiB of zlib data inflated, copies
+        batch, kept, errors = decode_batch(blobs)
+        assert sorted(kept + [i for i, _ in errors]) == sorted(set(kept + [i for i, _ in errors]))
+        assert all(isinstance(v, np.ndarray) and v.shape[0] == len(kept) for v in batch.values())
+        assert all(isinstance(reason, str) and reason.startswith("corrupt or foreign record") for _, reason in errors)
+
+
+ARRAYS = st.dictionaries(
+    NAMES,
+    hnp.arrays(
+        st.sampled_from(NUMERIC),
+        hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5),
+        elements={"allow_nan": True, "allow_subnormal": True},
+    )
+    | hnp.arrays(np.uint8, st.sampled_from([(4096,), (2, 4096)]), elements=st.integers(0, 3)),  # zlib, or zeros
+    max_size=5,
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(ARRAYS, st.integers(1, 3))
+def test_any_dict_of_numeric_arrays_round_trips(arrays, copies):
+    assert_same(decode(encode(arrays)), arrays)
+    batch, kept, errors = decode_batch([encode(arrays)] * copies)
+    assert kept == list(range(copies)) and not errors
+    for name, a in arrays.items():
+        assert batch[name].shape == (copies, *a.shape)
+        np.testing.assert_array_equal(batch[name][-1], a)

@@ -1,6 +1,7 @@
 """Options a user can see, runs a mistake cannot poison, hints that name the real command: from the user's side."""
 
 import dataclasses
+import sqlite3
 import textwrap
 
 import pytest
@@ -10,7 +11,7 @@ from tinyverse.database import connect
 from tinyverse.errors import ExperimentError
 from tinyverse.loader import import_file
 from tinyverse.ops.monitor import describe
-from tinyverse.options import store
+from tinyverse.options import resolve, store
 
 FAKE = ROOT / "tests" / "fake_experiment.py"
 
@@ -198,3 +199,54 @@ def test_store_refuses_in_one_line_when_another_worker_stored_other_options_mean
     assert db.setting("options") == {"lr": 0.3, "hidden": 64}, "the first write stays"
     store(type("Same", (), {"options": {"lr": 0.3, "hidden": 64}, "option_defaults": {}})(), db)  # agreeing: fine
     store(type("NoOptions", (), {"options": None})(), None)  # an experiment without options stores nothing
+
+
+MISTYPED = [  # stored by hand: not what --set makes of the option's type
+    ("session_length", "abc", "int"),
+    ("session_length", 1.5, "int"),
+    ("session_length", True, "int"),
+    ("session_length", None, "int"),
+    ("max_steps", "none", "int | None"),
+    ("epsilon", "0.1", "float"),
+    ("epsilon", False, "float"),
+    ("progress", 5, "str | None"),
+    ("progress", ["/etc", "passwd"], "str | None"),
+    ("outputs", 1, "bool"),
+    ("updates_per_step", {"x": 1}, "float | None"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "kind"), MISTYPED, ids=[f"{k}={v!r}" for k, v, _ in MISTYPED])
+def test_a_stored_option_of_another_type_is_refused_in_one_line(db, key, value, kind):
+    args = import_file(str(FAKE)).Args
+    db.claim("options", {**dataclasses.asdict(args()), key: value})
+    with pytest.raises(ExperimentError) as info:
+        resolve(args, str(FAKE), db, {})
+    message = str(info.value)
+    assert f"prefix {db.prefix} stores option {key}={value!r}, not {kind}: use another --prefix" in message
+    assert "clear --all" in message and "\n" not in message
+
+
+def test_stored_options_of_the_types_set_makes_are_adopted(db):
+    args = import_file(str(FAKE)).Args
+    stored = {"session_length": 12, "max_steps": None, "epsilon": 1, "progress": "p.txt", "outputs": True}
+    db.claim("options", stored)
+    resolved, _ = resolve(args, str(FAKE), db, {})
+    assert {k: getattr(resolved, k) for k in stored} == stored  # an int for a float is fine
+
+
+def test_a_player_refuses_mistyped_stored_options_in_one_line(tmp_path):
+    url = f"sqlite:///{tmp_path / 'run.db'}"
+    db = connect(url, "typed", retry_for=5)
+    db.claim("options", {"session_length": "abc"})
+    line = error_line(run_cli(FAKE, "play", "-n", "1", "--db", url, "--prefix", "typed", check=False))
+    assert "prefix typed stores option session_length='abc', not int" in line and "clear --all" in line
+    raw = sqlite3.connect(tmp_path / "run.db")
+    with raw:
+        raw.execute('UPDATE "typed:meta" SET value = ? WHERE key = ?', ("[1, 2]", "options"))
+    raw.close()
+    line = error_line(run_cli(FAKE, "play", "-n", "1", "--db", url, "--prefix", "typed", check=False))
+    assert "setting 'options' of prefix typed is [1, 2]" in line and "clear --all --prefix typed" in line
+    run_cli(FAKE, "clear", "--all", "--db", url, "--prefix", "typed")
+    run_cli(FAKE, "play", "-n", "1", "-q", "--db", url, "--prefix", "typed")
+    assert db.setting("options")["session_length"] == 8

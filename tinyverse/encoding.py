@@ -13,11 +13,11 @@ from .errors import RecordError
 
 MAGIC = b"TVR1"
 COMPRESS_MIN_BYTES = 4096  # uint8 arrays (image frames) this big are stored with zlib when it saves a quarter
-MAX_BYTES = 2**30  # a tiny foreign record must not declare a huge array of zeros or of zlib data
+MAX_BYTES = 2**30  # a record's arrays, all told: a tiny record must not declare huge zeros or zlib
 _LEN = struct.Struct("<I")
 _KINDS = set("biufc")  # bool, signed, unsigned, float, complex: nothing that holds objects
 _ERRORS = (ValueError, TypeError, KeyError, struct.error, zlib.error, RecursionError, OverflowError)
-_HEADERS: dict[bytes, tuple] = {}  # header bytes -> what _header found
+_HEADERS: dict[bytes, tuple] = {}  # header bytes -> what _header found (headers of at most 16 KiB)
 
 
 def encode(arrays: dict[str, np.ndarray]) -> bytes:
@@ -66,21 +66,20 @@ def decode_batch(blobs: list[bytes], expected: list | None = None) -> tuple[dict
     ``kept``: the indices of the k records, in order; ``errors``: ``(index, reason)`` of corrupt or foreign ones.
     Records whose :func:`layout` differs from ``expected`` (default: the first good record's) are in neither.
     """
-    groups, inflated, errors = {}, {}, []  # header bytes -> (spec, indices of its records); index -> zlib arrays
+    groups, specs, errors = {}, {}, []  # header bytes -> (spec, records' indices); index -> spec
     for i, data in enumerate(blobs):
         try:
-            head, found, spec, end = _header(data)
+            head, found, specs[i], end = _header(data)
             if end != len(data):
                 raise ValueError("truncated record" if end > len(data) else "trailing bytes")
             expected = found if expected is None else expected
             if found == expected:
-                inflated[i] = [(s[0], _inflate(data[s[4] : s[5]], s[1], s[2])) for s in spec if s[3] == "zlib"]
-                groups.setdefault(head, (spec, []))[1].append(i)
+                groups.setdefault(head, (specs[i], []))[1].append(i)
         except _ERRORS as e:
             errors.append((i, f"corrupt or foreign record ({e})"))
     if not groups:
         return {}, [], errors
-    kept = sorted(inflated)
+    kept = sorted(i for _, idx in groups.values() for i in idx)
     out = {name: np.zeros((len(kept), *shape), dtype) for name, dtype, shape in expected}
     for spec, idx in groups.values():
         rows = slice(None) if len(groups) == 1 else np.searchsorted(kept, idx)  # one header: the common case
@@ -88,47 +87,69 @@ def decode_batch(blobs: list[bytes], expected: list | None = None) -> tuple[dict
         for name, dt, shape, codec, start, end in spec:
             if codec == "raw" and end > start:  # each array is a band of columns
                 out[name][rows] = joined[:, start:end].view(dt).reshape(len(idx), *shape)
+    failed = []  # rows whose zlib data does not inflate to their arrays, inflated into place
     for row, i in enumerate(kept):
-        for name, array in inflated[i]:
-            out[name][row] = array
-    return out, kept, errors
+        try:
+            for name, _, _, codec, start, end in specs[i]:
+                if codec == "zlib":
+                    _inflate(blobs[i][start:end], out[name][row, ...])
+        except (ValueError, zlib.error) as e:
+            errors.append((i, f"corrupt or foreign record ({e})"))
+            failed.append(row)
+    if failed:  # rare: the batch is copied without them
+        rows = np.setdiff1d(np.arange(len(kept)), failed)
+        out, kept = {k: v[rows] for k, v in out.items()}, [kept[j] for j in rows]
+    return out, kept, sorted(errors)
+
+
+def check_layout(value) -> None:
+    """ValueError unless ``value`` is a layout records can have, as :func:`layout` makes them."""
+    head = json.dumps([[*entry, "zeros", 0] for entry in value]).encode()
+    if _header(MAGIC + _LEN.pack(len(head)) + head)[1] != value:
+        raise ValueError(f"not a layout: {value!r:.80}")
 
 
 def _header(data: bytes) -> tuple[bytes, list, list, int]:
     """A record's header bytes, layout, spec (an array's bytes are data[start:end]) and length, cached by header;
-    ValueError for anything but numeric arrays that fit their bytes."""
-    if data[:4] != MAGIC:
-        raise ValueError("not a tinyverse record")
-    (n,) = _LEN.unpack_from(data, 4)
+    ValueError unless numeric arrays of at most 16 dimensions fit their bytes and the budget."""
+    if data[:4] != MAGIC or (n := _LEN.unpack_from(data, 4)[0]) > 2**20:
+        raise ValueError("not a tinyverse record, or its header is over 1 MiB")
     head = bytes(memoryview(data)[: 8 + n])  # with the magic and length: a cut header is another key
     if head in _HEADERS:
         return _HEADERS[head]
-    spec, start = [], 8 + n
+    spec, names, start, budget = [], set(), 8 + n, MAX_BYTES
     for name, dtype, shape, codec, size in json.loads(head[8:]):
-        dt = np.dtype(dtype)
-        if dt.kind not in _KINDS or dt.fields is not None:
-            raise ValueError(f"forbidden dtype {dtype!r}")
-        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in [*shape, size]):
-            raise ValueError(f"bad shape {shape!r} or size {size!r}")
+        dt = np.dtype(dtype) if isinstance(dtype, str) else None  # np.dtype([...]) is structured
+        if type(name) is not str or dt is None or dt.kind not in _KINDS or dt.fields is not None:
+            raise ValueError(f"forbidden dtype {dtype!r:.40} or name {name!r:.40}")
+        if not isinstance(shape, list) or len(shape) > 16 or not all(type(d) is int for d in shape):
+            raise ValueError(f"bad shape {shape!r:.60}")
         nbytes = math.prod(shape) * dt.itemsize
-        fits = {"raw": size == nbytes, "zeros": not size and nbytes <= MAX_BYTES, "zlib": nbytes <= MAX_BYTES}
+        counted = math.prod(max(d, 1) for d in shape) * dt.itemsize  # so that no shape overflows
+        if min(shape, default=0) < 0 or counted > budget or name in names or type(size) is not int:
+            raise ValueError(f"array {name!r:.40} of shape {shape!r:.40} over budget, or repeated")
+        fits = {"raw": size == nbytes, "zeros": not size, "zlib": True}
         if codec not in fits:
-            raise ValueError(f"unknown codec {codec!r}")
+            raise ValueError(f"unknown codec {codec!r:.20}")
         if not fits[codec]:
             raise ValueError(f"{codec} array {name!r} of {nbytes} bytes cannot take {size} bytes")
-        spec.append((str(name), dt, tuple(shape), codec, start, start + size))
-        start += size
+        spec.append((name, dt, tuple(shape), codec, start, start + size))
+        names.add(name)
+        start, budget = start + size, budget - counted
     found = head, [[name, dt.str, list(shape)] for name, dt, shape, *_ in spec], spec, start
-    if len(_HEADERS) < 1024:
+    if len(_HEADERS) < 1024 and n <= 16384:
         _HEADERS[head] = found
     return found
 
 
-def _inflate(raw: bytes, dt: np.dtype, shape: tuple) -> np.ndarray:
-    """zlib data of exactly the array's bytes: never inflate more, so a tiny record cannot fill memory."""
-    nbytes = math.prod(shape) * dt.itemsize
-    z = zlib.decompressobj()
-    out = z.decompress(raw, max(nbytes, 1))  # 0 would mean no limit
-    if len(out) != nbytes or not z.eof or z.unconsumed_tail:
+def _inflate(raw: bytes, into: np.ndarray) -> None:
+    """zlib data of exactly ``into``'s bytes, inflated into it 4 KiB (at most 4 MiB out) at a
+    time: a tiny record cannot fill memory, nor a big one take twice its size."""
+    view, z, at = memoryview(into.reshape(-1).view(np.uint8)), zlib.decompressobj(), 0
+    for start in range(0, len(raw), 4096):
+        if at + len(chunk := z.decompress(raw[start : start + 4096])) > len(view):
+            break
+        view[at : at + len(chunk)] = chunk
+        at += len(chunk)
+    if at != len(view) or not z.eof or z.unused_data:
         raise ValueError("compressed data does not fit the shape")
-    return np.frombuffer(out, dt).reshape(shape)

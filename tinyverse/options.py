@@ -2,6 +2,8 @@
 
 import dataclasses
 import logging
+import types
+import typing
 
 from .database import Database
 from .errors import ExperimentError, command
@@ -16,6 +18,8 @@ def resolve(kind: type, path: str, db: Database | None, chosen: dict):
     afresh = f"use another --prefix, or start afresh with {command('clear --all')}"
     if unknown := [key for key in stored if key not in fields]:
         raise ExperimentError(f"{path} has no option {unknown[0]!r}, stored in prefix {db.prefix}: {afresh}")
+    if wrong := [w for key, value in stored.items() if (w := _mistyped(kind, key, value))]:
+        raise ExperimentError(f"{path}: prefix {db.prefix} stores option {wrong[0]}: {afresh}")
     try:
         args = kind(**{**stored, **chosen})
         required = any(f.default is f.default_factory is dataclasses.MISSING for f in fields.values())
@@ -49,3 +53,14 @@ def store(exp, db) -> None:
             f"another worker stored option {key}={stored.get(key)!r} in prefix {db.prefix} meanwhile, this one "
             f"has {exp.options[key]!r}: start this worker again to adopt the stored options"
         )
+
+
+def _mistyped(kind: type, key: str, value) -> str | None:
+    """``key=value, not TYPE`` if ``value`` is not what ``--set`` makes of the option's type."""
+    hint = typing.get_type_hints(kind)[key]
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    kinds = set(typing.get_args(hint)) if union else {hint}
+    settable = kinds <= {bool, int, float, str, type(None)}  # others go unchecked
+    if settable and type(value) not in kinds | ({int} if float in kinds else set()):  # int: a float
+        return f"{key}={value!r:.60}, not {getattr(hint, '__name__', hint)}"
+    return None

@@ -3,20 +3,18 @@
 import json
 import logging
 import random
-import time
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..encoding import decode, decode_batch, differences, encode, layout
-from ..errors import DatabaseError, Every, RecordError, TinyverseError, command
-from .backend import Backend
+from ..errors import DatabaseError, RecordError, TinyverseError, command
+from .backend import checked, loads, number
+from .fleet import Fleet
 
 log = logging.getLogger(__name__)
 
 Arrays = dict[str, np.ndarray]
-METRICS_LIMIT = 100_000  # records kept per metrics kind
-STOP_TTL = 600.0  # seconds a stop request waits for its worker
 BUDGET = 2**30  # bytes of sessions kept unless a capacity is stored: 1,000 to 10^6 sessions
 
 
@@ -30,13 +28,12 @@ class Saved(NamedTuple):
     time: float  # Unix time of the save
 
 
-class Database(Backend):
-    """Sessions, params, workers and metrics of one namespace."""
+class Database(Fleet):
+    """Sessions, params, settings, workers and metrics of one namespace."""
 
     def __init__(self, url: str, prefix: str = "tinyverse", retry_for: float | None = None):
         super().__init__(url, prefix, retry_for)
         self.layout: list | None = None  # of the sessions stored: those of another layout are never handed out
-        self.warn = Every(30.0)
 
     def add_sessions(self, sessions: list[Arrays], capacity: int | None = None) -> None:
         """Append sessions atomically, evicting the oldest; the first append claims their layout and the capacity."""
@@ -50,7 +47,8 @@ class Database(Backend):
             self.layout = mine
         size = sum(np.asarray(a).nbytes for a in sessions[0].values())
         default = capacity or int(min(10**6, max(1000, BUDGET // max(size, 1))))
-        self._call(self._add, [encode(s) for s in sessions], default)
+        blobs = [encode(s) for s in sessions]
+        self._call(self._add, blobs, checked("capacity", default, "buffer size"))
 
     def sample_batch(self, n: int) -> Arrays:
         """``n`` sessions drawn uniformly, stacked as by :meth:`get_batch`; fewer when some were skipped."""
@@ -98,11 +96,10 @@ class Database(Backend):
 
     def set_capacity(self, capacity: int) -> None:
         """Keep at most ``capacity`` sessions from now on, for every worker, evicting the oldest now."""
-        if capacity < 1:
-            raise DatabaseError(f"buffer size must be positive, got {capacity}")
+        capacity = checked("capacity", capacity, "buffer size")
         if (old := self.capacity()) not in (None, capacity):
             log.warning("buffer size of %s: %d sessions, was %d (for every worker)", self.prefix, capacity, old)
-        self._call(self._set_meta, "capacity", str(int(capacity)), False)
+        self._call(self._set_meta, "capacity", str(capacity), False)
         self._call(self._add, [], capacity)  # an append of nothing evicts
 
     def capacity(self) -> int | None:
@@ -110,20 +107,23 @@ class Database(Backend):
 
     def claim(self, key: str, value: Any) -> Any:
         """Store ``value`` (as JSON) under ``key`` unless one is stored; return the stored one."""
+        value = checked(key, value, f"setting {key!r} to store")  # before it is stored, never after
         self._call(self._set_meta, key, json.dumps(value), True)
         return self.setting(key)
 
     def setting(self, key: str) -> Any:
-        """The JSON value stored under ``key`` by :meth:`claim`, or None."""
-        value = self._call(self._get_meta, key)
+        """The JSON value :meth:`claim` stored under ``key``, or None; one line if it is junk."""
+        what = f"setting {key!r} of prefix {self.prefix}"
         try:
-            return None if value is None else json.loads(value)
+            text = self._call(self._get_meta, key)
+            return None if text is None else checked(key, loads(text), what, self.junk)
         except ValueError:
-            raise DatabaseError(f"stored setting {key!r} in {self.prefix} is corrupt; clear --all resets it") from None
+            raise DatabaseError(f"{what} is not JSON: {self.junk}") from None
 
     def add_updates(self, n: int, name: str = "updates") -> int:
         """Add ``n`` to a counter (trainer "updates", the pace's; "corrupt" records removed); return the total."""
-        return self._call(self._incr_meta, name, int(n))
+        total = self._call(self._incr_meta, name, int(n))
+        return number(total, int, f"counter {name!r} of prefix {self.prefix}", self.junk)
 
     def counter(self, name: str) -> int:
         return self.setting(name) or 0
@@ -157,36 +157,6 @@ class Database(Backend):
     def params_saved(self) -> Saved | None:
         """The stored params' version and when they were saved; None if none are stored."""
         return None if (found := self._call(self._params, False)) is None else Saved(*found[:2])
-
-    def heartbeat(self, worker_id: str, info: dict, ttl: float = 10.0) -> None:
-        self._call(self._heartbeat, worker_id, json.dumps(info), float(ttl))
-
-    def workers(self) -> list[dict]:
-        return [json.loads(s) for s in self._call(self._workers)]
-
-    def remove_worker(self, worker_id: str) -> None:
-        """Forget a worker, and any stop request for it."""
-        self._call(self._heartbeat, worker_id, None, 0.0)
-        self._call(self._set_meta, f"stop:{worker_id}", None, False)
-
-    def request_stop(self, worker_id: str) -> None:
-        """Ask a worker (on any machine) to stop at its next heartbeat; ``clear`` keeps the request."""
-        self._call(self._set_meta, f"stop:{worker_id}", str(time.time() + STOP_TTL), False)
-
-    def stop_requested(self, worker_id: str) -> bool:
-        return (self.setting(f"stop:{worker_id}") or 0) > time.time()
-
-    def add_metrics(self, kind: str, records: list[dict]) -> None:
-        if records:
-            self._call(self._add_metrics, kind, [json.dumps(r) for r in records], METRICS_LIMIT)
-
-    def metrics(self, kind: str, last: int = METRICS_LIMIT) -> list[dict]:
-        found = self._call(self._metrics, kind, int(last)) if last > 0 else []  # Redis reads LRANGE -0 -1 as all
-        return [json.loads(s) for s in found]
-
-    def recent_returns(self, last: int = 20, since: float = 0.0) -> list[float]:
-        """The returns of the last ``last`` episodes played (those that ended after Unix time ``since``)."""
-        return [m["return"] for m in self.metrics("episodes", last) if m["time"] > since]
 
     def clear(self, sessions=False, params=False, workers=False, metrics=False) -> None:
         """Delete what is asked; sessions take their layout along, everything the settings and counters too."""

@@ -1,5 +1,6 @@
 """Redis backend: many machines share one server (how it works: docs/database.rst). Keys are ``{prefix}:{name}``."""
 
+import contextlib
 import re
 import time
 from urllib.parse import urlsplit
@@ -7,38 +8,13 @@ from urllib.parse import urlsplit
 import redis
 
 from ..errors import DatabaseError
+from .backend import number
 from .base import Database
+from .lua import ADD, CLEAR
 
 NAMESPACES = "tinyverse:namespaces"
-
-# KEYS: sessions, seq, lo, meta, namespaces; ARGV: capacity (stored unless one is), prefix, sessions. One INCRBY,
-# HSET and HDEL a round (in chunks: Lua's unpack takes a few thousand values), not one call a session
-ADD = """
-redis.call('SADD', KEYS[5], ARGV[2])
-local cap = tonumber(redis.call('HGET', KEYS[4], 'capacity'))
-if not cap then cap = tonumber(ARGV[1]); redis.call('HSET', KEYS[4], 'capacity', cap) end
-local n = #ARGV - 2
-local id = redis.call('INCRBY', KEYS[2], n)
-for s = 0, n - 1, 1000 do
-  local fields = {}
-  for i = s, math.min(s + 999, n - 1) do fields[#fields + 1] = id - n + 1 + i; fields[#fields + 1] = ARGV[3 + i] end
-  redis.call('HSET', KEYS[1], unpack(fields))
-end
-local lo = tonumber(redis.call('GET', KEYS[3]) or '1')
-while id - lo + 1 > cap do
-  local gone = {}
-  while id - lo + 1 > cap and #gone < 1000 do gone[#gone + 1] = lo; lo = lo + 1 end
-  redis.call('HDEL', KEYS[1], unpack(gone))
-end
-redis.call('SET', KEYS[3], lo)
-"""
-
-# KEYS: sessions, seq, lo, meta. One script: an append racing a GET of seq went uncounted
-CLEAR = """
-redis.call('UNLINK', KEYS[1])
-redis.call('SET', KEYS[3], tonumber(redis.call('GET', KEYS[2]) or '0') + 1)
-redis.call('HDEL', KEYS[4], 'layout')
-"""
+ANSWER_WAIT = 30.0  # seconds a worker's command waits for an answer till it says so and waits on
+TYPES = {"sessions": b"hash", "seq": b"string", "lo": b"string", "meta": b"hash", "params": b"hash"}
 
 
 class RedisDatabase(Database):
@@ -47,7 +23,10 @@ class RedisDatabase(Database):
     def __init__(self, url: str, prefix: str = "tinyverse", retry_for: float | None = None):
         super().__init__(url, prefix, retry_for)
         url, replica = _replica(url)
-        opts = dict(socket_timeout=30, socket_connect_timeout=5, health_check_interval=10)
+        timeout = ANSWER_WAIT if retry_for is None else max(1.0, min(retry_for, 5.0))  # tools: soon
+        once = redis.retry.Retry(redis.backoff.NoBackoff(), 0)  # _call alone retries, and says so
+        opts = dict(socket_timeout=timeout, socket_connect_timeout=5, health_check_interval=10)
+        opts["retry"] = once
         self.r = redis.Redis.from_url(url, **opts)
         # params reads (every player's load: the hub's biggest load) from a read replica when the URL names one
         self.reads = self.r if replica is None else redis.Redis.from_url(replica, **opts)
@@ -66,6 +45,23 @@ class RedisDatabase(Database):
         loading = isinstance(e, redis.ResponseError) and str(e).startswith("LOADING")
         return loading or isinstance(e, (redis.ConnectionError, redis.TimeoutError))
 
+    def _failure(self, error):
+        """Junk in our keys (another type, text for a number) is named, with the fix."""
+        if not re.search(r"WRONGTYPE|not an integer|not a valid float|^tinyverse: ", str(error)):
+            return super()._failure(error)
+        with contextlib.suppress(redis.RedisError):  # the server may be gone by now
+            wrong = [f"{key} holds a {kind.decode()}" for key, kind in self._wrong_types()]
+            error = ", ".join(wrong) or error
+        return f"Redis at {self.url}: {str(error).removeprefix('tinyverse: ')}: {self.junk}"
+
+    def _wrong_types(self) -> list[tuple[str, bytes]]:
+        """Our keys (this prefix's, the list of prefixes) of another type than tinyverse's."""
+        want = {self.k[name]: kind for name, kind in TYPES.items()} | {NAMESPACES: b"set"}
+        metrics = self.r.scan_iter(match=f"{self.prefix}:metrics:*", count=1000)
+        want |= {key.decode(errors="replace"): b"list" for key in metrics}  # clear --all scans them
+        found = {key: self.r.type(key) for key in want}  # a call a key: only after an error
+        return [(key, kind) for key, kind in found.items() if kind not in (b"none", want[key])]
+
     def _add(self, blobs, capacity):
         self.scripts["add"](keys=[*self.ring, NAMESPACES], args=[capacity, self.prefix, *blobs])
 
@@ -77,7 +73,8 @@ class RedisDatabase(Database):
 
     def _range(self):
         lo, hi = self.r.mget(self.k["lo"], self.k["seq"])
-        return int(lo or 1), int(hi or 0), int(hi or 0)
+        hi = number(hi or 0, int, self.k["seq"], self.junk)
+        return number(lo or 1, int, self.k["lo"], self.junk), hi, hi
 
     def _set_meta(self, key, value, if_absent):
         if value is None:
@@ -86,18 +83,20 @@ class RedisDatabase(Database):
             (self.r.hsetnx if if_absent else self.r.hset)(self.k["meta"], key, value)
 
     def _get_meta(self, key):
-        value = self.r.hget(self.k["meta"], key)
-        return None if value is None else value.decode()
+        return self.r.hget(self.k["meta"], key)
 
     def _incr_meta(self, key, n):
-        return self.r.hincrby(self.k["meta"], key, n)
+        try:
+            return self.r.hincrby(self.k["meta"], key, n)
+        except redis.ResponseError as e:  # not an integer, or one that would overflow: junk
+            raise DatabaseError(f"{self.k['meta']} field {key!r} ({e}): {self.junk}") from None
 
     def _save_params(self, blob, version):
         self.r.sadd(NAMESPACES, self.prefix)  # a namespace is listed once it holds data: sessions or params
 
         def write(p):  # WATCH/MULTI, retried if the params change in between (a Lua script would copy MBs)
-            stored = p.hget(self.k["params"], "version")
-            if (new := version(int(stored or 0))) is not None:
+            stored = self._saved(p.hget(self.k["params"], "version") or 0)[0]
+            if (new := version(stored)) is not None:
                 p.multi()
                 p.hset(self.k["params"], mapping={"version": new, "time": time.time(), "data": blob})
             return new
@@ -107,7 +106,7 @@ class RedisDatabase(Database):
     def _params(self, data):
         fields = ["version", "time", "data"] if data else ["version", "time"]
         found = (self.reads if data else self.r).hmget(self.k["params"], fields)
-        return None if found[0] is None else (int(found[0]), float(found[1]), *found[2:])
+        return None if found[0] is None else (*self._saved(*found[:2]), *found[2:])
 
     def _heartbeat(self, worker_id, info, ttl):
         if info is None:
@@ -117,7 +116,9 @@ class RedisDatabase(Database):
 
     def _workers(self):
         keys = sorted(self.r.scan_iter(match=f"{self.prefix}:worker:*", count=1000))
-        return [v.decode() for v in self.r.mget(keys) if v is not None] if keys else []
+        ids = [key.decode(errors="replace")[len(self.prefix) + 8 :] for key in keys]
+        beats = self.r.mget(keys) if keys else []
+        return [(i, beat) for i, beat in zip(ids, beats, strict=True) if beat is not None]
 
     def _add_metrics(self, kind, records, limit):
         key = f"{self.prefix}:metrics:{kind}"
@@ -125,9 +126,11 @@ class RedisDatabase(Database):
             p.rpush(key, *records).ltrim(key, -limit, -1).execute()
 
     def _metrics(self, kind, last):
-        return [v.decode() for v in self.r.lrange(f"{self.prefix}:metrics:{kind}", -last, -1)]
+        return self.r.lrange(f"{self.prefix}:metrics:{kind}", -last, -1)
 
     def _clear(self, what):
+        if "settings" in what and (junk := [key for key, _ in self._wrong_types()]):
+            self.r.unlink(*junk)  # of another type: gone whole, so the rest can run
         if "sessions" in what:  # and their layout; keep seq (sessions ever added), start the ring after it
             self.scripts["clear"](keys=self.ring)
         keys = [self.k["params"]] if "params" in what else []
@@ -143,7 +146,7 @@ class RedisDatabase(Database):
             self.r.unlink(*keys)
 
     def _namespaces(self):
-        return [p.decode() for p in self.r.smembers(NAMESPACES)]
+        return [p.decode(errors="replace") for p in self.r.smembers(NAMESPACES)]
 
     def close(self):
         for client in {self.r, self.reads}:

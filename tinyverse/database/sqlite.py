@@ -2,11 +2,13 @@
 
 import contextlib
 import os
+import re
 import sqlite3
 import threading
 import time
 
 from ..errors import DatabaseError
+from .backend import number
 from .base import Database
 
 TABLES = {
@@ -16,6 +18,25 @@ TABLES = {
     "workers": "id TEXT PRIMARY KEY, info TEXT, expires REAL",
     "metrics": "id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT, data TEXT",
 }
+MARK = "CREATE TABLE tinyverse_prefixes (prefix TEXT PRIMARY KEY)"  # the file is ours: its prefixes
+OURS = re.compile(r"([A-Za-z0-9_.-]{1,64}):(sessions|params|meta|workers|metrics|metrics_kind)")
+LOCK_WAIT = 30.0  # seconds a worker's statement waits for the write lock; then it says so, waits on
+
+
+def prefixes_in(conn: sqlite3.Connection, path: str) -> set[str]:
+    """The prefixes of a file's tinyverse tables, marked or of an earlier version (unmarked);
+    DatabaseError if it holds anything else: tables, views or triggers of another application."""
+    found, foreign = set(), []
+    for kind, name, sql in conn.execute("SELECT type, name, sql FROM sqlite_master"):
+        if (ours := OURS.fullmatch(name)) and kind in ("table", "index"):
+            found.add(ours[1])
+        elif not (name.startswith("sqlite_") or sql == MARK):  # SQLite's own: indexes, sequences
+            foreign.append(name)
+    if foreign:
+        listed = ", ".join(map(repr, foreign[:3])) + (", ..." if len(foreign) > 3 else "")
+        fix = "tinyverse writes only to a file of its own: pass another --db"
+        raise DatabaseError(f"{path} holds tables that are not tinyverse's ({listed}): {fix}")
+    return found
 
 
 class SQLiteDatabase(Database):
@@ -27,28 +48,38 @@ class SQLiteDatabase(Database):
         if not create and not os.path.exists(self.path):
             raise DatabaseError(f"no SQLite database at {self.path}: check --db (or $TINYVERSE_DB)")
         self.t = {name: f'"{prefix}:{name}"' for name in TABLES}
+        self.busy = LOCK_WAIT if retry_for is None else min(retry_for, 5.0)  # tools: within seconds
         self._local = threading.local()
-        try:
-            with self._write() as db:
-                for name, columns in TABLES.items():
-                    db.execute(f"CREATE TABLE IF NOT EXISTS {self.t[name]} ({columns})")
-                db.execute(f'CREATE INDEX IF NOT EXISTS "{prefix}:metrics_kind" ON {self.t["metrics"]} (kind, id)')
-        except sqlite3.DatabaseError as e:
-            raise DatabaseError(f"cannot open SQLite database {self.path} ({e}); check the --db path") from None
+        self._call(self._open)
+
+    def _open(self) -> None:
+        """Refuse a file that holds another application's tables before writing anything (its
+        journal mode included); then create this prefix's tables, and mark them and older ones."""
+        with contextlib.closing(sqlite3.connect(self.path, timeout=self.busy)) as plain:
+            found = prefixes_in(plain, self.path) | {self.prefix}
+        with self._write() as db:
+            for name, columns in TABLES.items():
+                db.execute(f"CREATE TABLE IF NOT EXISTS {self.t[name]} ({columns})")
+            index = f'"{self.prefix}:metrics_kind"'
+            db.execute(f"CREATE INDEX IF NOT EXISTS {index} ON {self.t['metrics']} (kind, id)")
+            db.execute(MARK.replace("TABLE", "TABLE IF NOT EXISTS"))
+            marks = [(prefix,) for prefix in sorted(found)]
+            db.executemany("INSERT OR IGNORE INTO tinyverse_prefixes VALUES (?)", marks)
 
     @property
     def conn(self) -> sqlite3.Connection:
         """This thread's connection: in autocommit mode, so one statement is one transaction."""
         if getattr(self._local, "conn", None) is None:
-            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
-            for tries in range(3000, 0, -1):  # of processes making a new file WAL at once, all but one are refused
+            opts = dict(timeout=self.busy, isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(self.path, **opts)
+            for tries in range(int(self.busy * 100), -1, -1):  # of those making it WAL, one wins
                 try:
                     conn.execute("PRAGMA journal_mode=WAL")
                     break
                 except sqlite3.OperationalError as e:
-                    if not self._is_transient(e) or tries == 1:
+                    if not self._is_transient(e) or tries == 0:
                         raise
-                    time.sleep(0.01)  # at once, not made to wait as for a lock: try again, up to 30 s
+                    time.sleep(0.01)  # refused at once, not made to wait: try again, as for a lock
             conn.execute("PRAGMA synchronous=NORMAL")
             self._local.conn = conn  # only once it works: a file that is not a database fails each time
         return self._local.conn
@@ -63,19 +94,27 @@ class SQLiteDatabase(Database):
     def _is_transient(self, e):
         return isinstance(e, sqlite3.OperationalError) and ("locked" in str(e) or "busy" in str(e))
 
+    def _outage(self, error):
+        waiting = f"waiting for the write lock of {self.path} held by another process"
+        fix = "try again once it is done, or check --db"
+        return waiting, f"{self.path} is locked by another process ({error}): {fix}"
+
     def _range(self):
         s = self.t["sessions"]  # subqueries: one min(id), max(id) statement scans the table
         sql = f"SELECT (SELECT min(id) FROM {s}), (SELECT max(id) FROM {s}), (SELECT seq FROM sqlite_sequence"
         lo, hi, added = self.conn.execute(sql + " WHERE name = ?)", (s[1:-1],)).fetchone()
-        return (1, 0, added or 0) if lo is None else (lo, hi, added)
+        added = number(added or 0, int, f"{s}'s row of sqlite_sequence", self.junk)
+        return (1, 0, added) if lo is None else (lo, hi, added)
 
     def _add(self, blobs, capacity):
         s, meta = self.t["sessions"], self.t["meta"]
         with self._write() as db:
             db.execute(f"INSERT OR IGNORE INTO {meta} VALUES ('capacity', ?)", (str(capacity),))
+            stored = db.execute(f"SELECT value FROM {meta} WHERE key = 'capacity'").fetchone()[0]
+            what = f"setting 'capacity' of prefix {self.prefix}"
+            capacity = number(stored, int, what, self.junk, 1)  # junk would evict every session
             db.executemany(f"INSERT INTO {s} (data) VALUES (?)", [(b,) for b in blobs])
-            capacity = f"(SELECT CAST(value AS INTEGER) FROM {meta} WHERE key = 'capacity')"
-            db.execute(f"DELETE FROM {s} WHERE id <= (SELECT max(id) FROM {s}) - {capacity}")
+            db.execute(f"DELETE FROM {s} WHERE id <= (SELECT max(id) FROM {s}) - ?", (capacity,))
 
     def _get(self, ids):
         sql = f"SELECT id, data FROM {self.t['sessions']} WHERE id IN ({','.join('?' * len(ids))}) AND data != x''"
@@ -98,18 +137,19 @@ class SQLiteDatabase(Database):
 
     def _incr_meta(self, key, n):
         sql = f"INSERT INTO {self.t['meta']} VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = value + ?"
-        return int(self.conn.execute(sql + " RETURNING value", (key, n, n)).fetchall()[0][0])
+        return self.conn.execute(sql + " RETURNING value", (key, n, n)).fetchall()[0][0]
 
     def _save_params(self, blob, version):
         with self._write() as db:
             row = db.execute(f"SELECT version FROM {self.t['params']}").fetchone()
-            if (new := version(0 if row is None else row[0])) is not None:
+            if (new := version(0 if row is None else self._saved(row[0])[0])) is not None:
                 db.execute(f"INSERT OR REPLACE INTO {self.t['params']} VALUES (1, ?, ?, ?)", (new, time.time(), blob))
             return new
 
     def _params(self, data):
         sql = f"SELECT version, time, {'data' if data else 'NULL'} FROM {self.t['params']}"
-        return self.conn.execute(sql).fetchone()
+        row = self.conn.execute(sql).fetchone()
+        return None if row is None else (*self._saved(*row[:2]), row[2])
 
     def _heartbeat(self, worker_id, info, ttl):
         with self._write() as db:
@@ -118,8 +158,8 @@ class SQLiteDatabase(Database):
                 db.execute(f"INSERT INTO {self.t['workers']} VALUES (?, ?, ?)", (worker_id, info, time.time() + ttl))
 
     def _workers(self):
-        sql = f"SELECT info FROM {self.t['workers']} WHERE expires >= ? ORDER BY id"
-        return [r[0] for r in self.conn.execute(sql, (time.time(),))]
+        sql = f"SELECT id, info FROM {self.t['workers']} WHERE expires >= ? ORDER BY id"
+        return self.conn.execute(sql, (time.time(),)).fetchall()
 
     def _add_metrics(self, kind, records, limit):
         m = self.t["metrics"]
@@ -143,8 +183,7 @@ class SQLiteDatabase(Database):
                 db.execute("DELETE FROM sqlite_sequence WHERE name = ?", (self.t["sessions"][1:-1],))
 
     def _namespaces(self):
-        rows = self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE '%:params'")
-        return [r[0].rsplit(":", 1)[0] for r in rows]
+        return [r[0] for r in self.conn.execute("SELECT prefix FROM tinyverse_prefixes")]
 
     def close(self):
         if getattr(self._local, "conn", None) is not None:

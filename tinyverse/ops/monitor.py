@@ -90,10 +90,12 @@ def _field_docs(kind) -> dict[str, str]:
 
 def info_text(db: Database, last: int = 100) -> str:
     """The dashboard of one namespace as text."""
-    (stored, added), workers, saved, now = db.count_sessions(), db.workers(), db.params_saved(), time.time()
+    stored, added = db.count_sessions()
+    workers, saved, now = db.workers(), db.params_saved(), time.time()  # typed, or one line
     lines = [f"[{db.prefix}] {db.url}"]
     if options := db.setting("options"):
-        lines.append("  options   " + ", ".join(f"{k}={v}" for k, v in options.items()))
+        shown = [f"{k}={v}" for k, v in options.items()]  # quoted if a terminal would obey it
+        lines.append("  options   " + ", ".join(s if s.isprintable() else repr(s) for s in shown))
     if not (added or saved or workers):
         return "\n".join(lines + [f"  empty: start a player with {command('play')}"])
     corrupt = f", {n:,} corrupt removed" if (n := db.counter("corrupt")) else ""
@@ -113,9 +115,11 @@ def info_text(db: Database, last: int = 100) -> str:
         r = np.array(returns)
         lines.append(f"  returns   last {len(r)}: mean {r.mean():.1f}, min {r.min():.1f}, max {r.max():.1f}")
     latest = {m.get("worker"): m for m in db.metrics("train", 200)}  # each trainer's latest metrics
-    for m in latest.values():
-        shown = ", ".join(f"{k} {v:.4g}" for k, v in m.items() if k not in ("time", "version", "steps", "worker"))
-        lines.append(f"  training  {shown} ({_age(now - m['time'])} ago)")
+    for m in latest.values():  # its numbers, under printable names: any other value may be anything
+        ago = f" ({_age(now - m['time'])} ago)" if "time" in m else ""
+        found = [(k, v) for k, v in m.items() if type(v) in (int, float) and k.isprintable()]
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in found if k not in ("time", "version", "steps"))
+        lines.append(f"  training  {shown}{ago}")
     return "\n".join(lines)
 
 
@@ -160,7 +164,8 @@ def mode_plot(args):
         ax.plot(x[k - 1 :], np.convolve(returns, np.ones(k) / k, mode="valid"), label=f"mean of {k}")
         ax.set(xlabel=label, ylabel="return")
         ax.legend()
-    losses = [(m["updates"], m["loss"]) for m in db.metrics("train") if "loss" in m]
+    train = db.metrics("train")
+    losses = [(m["updates"], m["loss"]) for m in train if {"loss", "updates"} <= m.keys()]
     axes[2].set(xlabel="trainer updates", ylabel="loss", title="" if losses else "no trainer loss stored")
     if losses:
         axes[2].plot(*zip(*losses, strict=True), ".-")
