@@ -99,6 +99,11 @@ def recorded(game: str, cache: Path = CACHE) -> tuple[list[bytes], bytes, int]:
     return blobs, params, T
 
 
+def episode() -> dict:
+    """A finished Pong episode as a player stores it (info and plot skip one without its time and steps)."""
+    return {"return": -21.0, "length": 800, "time": time.time(), "steps": 0}
+
+
 class Holder:
     """What sync_params and Publisher need of an experiment: params, and the pace's settings."""
 
@@ -148,7 +153,10 @@ def players(url, prefix, game, n_players, per_player, steps_per_s, seconds, out)
         add.append(time.perf_counter() - t0)
         if any(finished[k] for k in idx):
             db.count_sessions()
-            db.add_metrics("episodes", [{"return": -21.0, "length": 800, "worker": p["worker"].id}])
+            db.add_metrics(
+                "episodes",
+                [episode() | {"worker": p["worker"].id}],
+            )
         p["worker"].beat(sessions=rounds, version=p["version"])
         rounds += 1
     for p in ps:
@@ -271,7 +279,10 @@ def calibrate(url: str, server, game: str, per_player: int, batch: int, seconds:
         "load": lambda i: db.load_params(),
         "sample": lambda i: (db.get_batch(_recent(db.session_range(), batch)), db.params_version()),
         "push": lambda i: (db.params_version(), db.save_params(exp.params, expect=db.params_version() or 0)),
-        "episode": lambda i: (db.count_sessions(), db.add_metrics("episodes", [{"return": -21.0, "length": 800}])),
+        "episode": lambda i: (
+            db.count_sessions(),
+            db.add_metrics("episodes", [episode()]),
+        ),
     }
     out = {}
     for name, fn in ops.items():

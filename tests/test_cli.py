@@ -315,7 +315,7 @@ def populate(db) -> None:
     session = {"observations": np.zeros((3, 4), np.float32), "actions": np.zeros(2, np.int64)}
     db.add_sessions([session] * 5, capacity=100)
     db.save_params({"w": np.ones((4, 2), np.float32), "updates": np.zeros(1, np.int64)})
-    db.add_metrics("episodes", [{"return": 10.0}])
+    db.add_metrics("episodes", [{"return": 10.0, "time": time.time(), "steps": 10}])
     db.add_metrics("train", [{"loss": 1.0}])
     db.heartbeat("player-elsewhere-1", {"id": "player-elsewhere-1", "role": "player", "host": "elsewhere", "pid": 1})
 

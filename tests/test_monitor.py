@@ -11,7 +11,7 @@ from conftest import ROOT, optional, run_cli
 from test_database import SilentServer, beat, episode, raw_beats, raw_meta, raw_metrics, raw_records
 
 from tinyverse.ops.launcher import progress
-from tinyverse.ops.monitor import EventWriter
+from tinyverse.ops.tensorboard import EventWriter
 
 event_pb2 = optional("tensorboardX.proto.event_pb2")
 

@@ -8,9 +8,11 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "tinyverse"
 IDEA = ["experiment", "options", "player", "trainer", "params", "pace", "database/base", "encoding"]
-# ceilings that only come down: tinyverse/, the idea path, a module, a function (tinyverse/ 2530 -> 2532: SQLite
-# retries making a new file WAL, which a process opening it at the same time as another was refused at once)
-TOTAL, IDEA_TOTAL, MODULE, FUNCTION = 2532, 900, 200, 50
+# ceilings that only come down, but for a feature's own lines (said in its commit): tinyverse/ 2532 -> 2700 for
+# readability (issue 51's decision) and -> 3430 for checking everything tinyverse reads (issue 50: the CLI's flags
+# and URLs, every hook's return and the declared settings, every database record, identity tokens for clear); the
+# idea path 900 -> 1000 (issue 51)
+TOTAL, IDEA_TOTAL, MODULE, FUNCTION = 3430, 1000, 200, 50
 LONGER: dict[str, int] = {}  # no module is exempt any more
 
 
@@ -66,5 +68,5 @@ if __name__ == "__main__":
         name, n = max(functions(p), key=lambda f: f[1], default=("-", 0))
         print(f"{m:24s} {lines(p):5d}  {name} ({n})" + ("  [idea path]" if m in IDEA else ""))
     total, idea = sum(map(lines, found.values())), sum(lines(found[m]) for m in IDEA)
-    print(f"{'all of tinyverse/':24s} {total:5d}  (ceiling {TOTAL}; goal 2100)")
+    print(f"{'all of tinyverse/':24s} {total:5d}  (ceiling {TOTAL})")
     print(f"{'the idea path':24s} {idea:5d}  (ceiling {IDEA_TOTAL}, the goal)")

@@ -14,7 +14,7 @@ from .errors import TinyverseError, masked
 from .evaluation import evaluate
 from .flags import FLAGS, within
 from .loader import load_experiment, parse_set
-from .ops import export, launcher, monitor, stop
+from .ops import export, launcher, monitor, stop, tensorboard
 from .player import play
 from .trainer import train
 
@@ -28,7 +28,7 @@ def mode_play(args):
 def mode_train(args):
     """Train on sessions sampled from the database and publish params (runs until stopped)."""
     exp = load_experiment(args.experiment, db := _db(args), args.options)
-    events = monitor.EventWriter(args.logdir, db) if args.logdir else None  # it flushes at each report
+    events = tensorboard.EventWriter(args.logdir, db) if args.logdir else None  # it flushes at each report
     b, every = args.batch_size or exp.train_batch_size, args.save_every or exp.save_every
     train(exp, db, b, args.updates, every, sync=args.sync, on_report=events and events.report)
 

@@ -1,4 +1,4 @@
-"""Watching training: ``info`` (the dashboard), ``plot`` (learning curves), ``train --logdir`` (TensorBoard files)."""
+"""Watching training: ``info`` (the dashboard) and ``plot`` (learning curves); TensorBoard files: ``tensorboard``."""
 
 import ast
 import dataclasses
@@ -31,8 +31,15 @@ def namespaces(args) -> list[Database]:
     db = connect(args.url, args.prefix, retry_for=5, create=False)
     if args.experiment or args.prefix_given:
         return [db]
-    found = [connect(args.url, p, retry_for=5) for p in db.namespaces()]
-    return [d for d in found if d.count_sessions().added or d.params_version() is not None or d.workers()]
+    return [d for d in (connect(args.url, p, retry_for=5) for p in db.namespaces()) if _holds_data(d)]
+
+
+def _holds_data(db: Database) -> bool:
+    """Whether a namespace holds anything; one whose records are junk does too (clear --all must reach it)."""
+    try:
+        return bool(db.count_sessions().added or db.params_version() is not None or db.workers())
+    except TinyverseError:
+        return True
 
 
 def option_lines(args) -> list[str]:
@@ -176,28 +183,3 @@ def mode_plot(args):
     except OSError as e:  # the folder went, or filled up, since -o was checked
         raise TinyverseError(f"cannot write {args.output} ({e}): pick another -o") from None
     print(f"wrote {args.output}")
-
-
-class EventWriter:
-    """Scalars for TensorBoard, written by tensorboardX (pip install 'tinyverse[tensorboard]')."""
-
-    def __init__(self, logdir: str, db: Database | None = None):
-        try:
-            from tensorboardX import SummaryWriter
-        except ImportError:
-            raise TinyverseError("--logdir needs tensorboardX: pip install 'tinyverse[tensorboard]'") from None
-        self.db, self.writer = db, SummaryWriter(logdir)
-
-    def scalars(self, values: dict[str, float], step: int) -> None:
-        for tag, v in values.items():
-            self.writer.add_scalar(tag, v, step)
-        self.writer.flush()
-
-    def report(self, metrics: dict[str, float], env_steps: int) -> None:
-        """A trainer's report: its mean metrics, and the mean of the recent returns, against env steps."""
-        recent = self.db.recent_returns(20) if self.db is not None else []
-        extra = {"return/recent_mean": float(np.mean(recent))} if recent else {}
-        self.scalars({**{f"train/{k}": v for k, v in metrics.items()}, **extra}, env_steps)
-
-    def close(self) -> None:
-        self.writer.close()

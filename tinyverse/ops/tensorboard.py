@@ -1,0 +1,31 @@
+"""``train --logdir``: the trainer's metrics and the recent returns as TensorBoard event files."""
+
+import numpy as np
+
+from ..database import Database
+from ..errors import TinyverseError
+
+
+class EventWriter:
+    """Scalars for TensorBoard, written by tensorboardX (pip install 'tinyverse[tensorboard]')."""
+
+    def __init__(self, logdir: str, db: Database | None = None):
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError:
+            raise TinyverseError("--logdir needs tensorboardX: pip install 'tinyverse[tensorboard]'") from None
+        self.db, self.writer = db, SummaryWriter(logdir)
+
+    def scalars(self, values: dict[str, float], step: int) -> None:
+        for tag, v in values.items():
+            self.writer.add_scalar(tag, v, step)
+        self.writer.flush()
+
+    def report(self, metrics: dict[str, float], env_steps: int) -> None:
+        """A trainer's report: its mean metrics, and the mean of the recent returns, against env steps."""
+        recent = self.db.recent_returns(20) if self.db is not None else []
+        extra = {"return/recent_mean": float(np.mean(recent))} if recent else {}
+        self.scalars({**{f"train/{k}": v for k, v in metrics.items()}, **extra}, env_steps)
+
+    def close(self) -> None:
+        self.writer.close()
