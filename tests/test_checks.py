@@ -362,7 +362,7 @@ def test_an_observation_space_tinyverse_cannot_record_is_refused_before_the_firs
 def test_sigterm_stops_a_player_between_its_environments(tmp_path):
     url = f"sqlite:///{tmp_path / 'run.db'}"
     db = connect(url, "fake_experiment")
-    player = spawn(FAKE, "play", "-b", "20000", "--db", url, cwd=tmp_path)  # some seconds of gym.make
+    player = spawn(FAKE, "play", "-b", "10000", "--db", url, cwd=tmp_path)  # seconds of gym.make
     wait_for(lambda: db.workers() or not player.alive(), 60, "the player to register")  # then it makes envs
     start = time.monotonic()
     assert player.stop(timeout=10, sig=signal.SIGTERM) == 0, player.stderr()

@@ -164,4 +164,11 @@ def test_train_b_1000000000_is_one_line_at_once(tmp_path):
     proc = run_cli(fake, "train", "-b", "1000000000", "-q", "--db", url, cwd=tmp_path, check=False, timeout=60)
     assert proc.returncode == 1 and time.monotonic() - start < 30, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith("tinyverse: error: a batch of 1,000,000,000 sessions of ") and "lower train -b" in line
+    assert line.startswith("tinyverse: error: argument -b/--batch-size: want at most 1,000,000 sessions"), line
+
+
+def test_a_batch_over_half_the_memory_is_refused_before_sampling(db):
+    """The CLI caps -b; a caller of train() with a batch that cannot fit is refused by its size."""
+    play(FakeExperiment(db), db, batch_size=2, sessions=1)
+    with pytest.raises(ExperimentError, match=r"a batch of 1,000,000,000,000 sessions of .* lower train -b"):
+        train(FakeExperiment(db), db, batch_size=10**12, steps=1)

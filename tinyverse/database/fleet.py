@@ -4,6 +4,7 @@ skipped with a warning now and then."""
 
 import json
 import logging
+import math
 import time
 from typing import Any, NamedTuple
 
@@ -13,7 +14,9 @@ from .backend import Backend, loads, number
 log = logging.getLogger(__name__)
 METRICS_LIMIT = 100_000  # records kept per metrics kind
 STOP_TTL = 600.0  # seconds a stop request waits for its worker
-NUMBER, NONE = (int, float), type(None)
+NUMBER = (int, float)
+NONE = type(None)
+METRIC = (float, int)  # a number that may be NaN or inf: a diverging trainer's loss is worth showing
 
 
 class Schema(NamedTuple):
@@ -31,7 +34,7 @@ HEARTBEAT.optional.update(place=str, waiting=(str, NONE), version=(int, NONE), t
 HEARTBEAT.optional.update(pushes=int, conflicts=int, steps_per_s=NUMBER, updates_per_s=NUMBER)
 METRICS = {  # other kinds: any JSON object
     "episodes": Schema({"return": NUMBER, "time": NUMBER, "steps": int}, {"worker": str}),
-    "train": Schema({}, {"time": NUMBER, "updates": int, "loss": NUMBER, "worker": str}),
+    "train": Schema({}, {"time": NUMBER, "updates": int, "loss": METRIC, "worker": str}),
 }
 
 
@@ -52,6 +55,8 @@ def fits(value: Any, kind: type | tuple | Schema) -> bool:
         return False
     if isinstance(value, str):
         return len(value) <= 1000 and value.isprintable()
+    if kind is METRIC and not math.isfinite(value):
+        return True
     return value is None or abs(value) <= 2**53
 
 
