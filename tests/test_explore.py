@@ -95,6 +95,7 @@ def test_apex_epsilon_is_ape_x_centred_on_the_final_epsilon():
     eight = [explore.apex_epsilon(0.04, 7.0, i, 8) for i in range(8)]
     assert eight == pytest.approx([0.04 ** ((1 + 7 * (i + 0.5) / 8) / 4.5) for i in range(8)])
     assert math.prod(eight) ** (1 / 8) == pytest.approx(0.04)
+    assert [explore.apex_epsilon(0.0, 7.0, i, 2) for i in range(2)] == [0.0, 0.0]  # greedy players stay greedy
 
 
 # -- the player's slot --------------------------------------------------------------------------------------------

@@ -69,6 +69,8 @@ def apex_epsilon(epsilon: float, alpha: float, index: int, count: int) -> float:
     player plays ``epsilon``; two with alpha 7 play epsilon ** 0.61 and epsilon ** 1.39 (Ape-X's
     own 0.4 ** (1 + 7 i / (n - 1)) gives them 0.4 and 0.4 ** 8).
     """
+    if epsilon == 0:  # no exploration stays none for every player (the factor would be infinite)
+        return 0.0
     return apex_spread(epsilon, epsilon ** (-alpha / (2 + alpha)), index, count)
 
 
