@@ -6,8 +6,8 @@
 Every rate is agent steps per second (one agent step = 4 emulator frames), measured in this one run:
 
 - raw env: ``gym.make("ALE/Pong-v5")`` without sticky actions, RGB frames, random actions;
-- env: the experiment's ``make_env()`` (emulator grayscale, 3 actions, crop, 80x80), random
-  actions; next to it the same preprocessing with ``wrappers.FrameSkip`` instead of ALE's own skip;
+- env: the experiment's ``make_env()`` (emulator grayscale, ALE's own frame skip, 3 actions, crop,
+  80x80), random actions;
 - env + policy: the loop a player runs (B envs, ``exp.act`` on the window, resets), nothing stored;
 - recorded: ``python -m tinyverse examples/atari.py play -b B`` into a fresh SQLite file,
   counted from the database after a warm-up, while this process publishes new params every 2 s as
@@ -180,23 +180,15 @@ def main():
     import ale_py
     import atari
     import gymnasium as gym
-    from wrappers import FrameSkip, Preprocess
 
     gym.register_envs(ale_py)
     s = args.seconds / 2
-    a = atari.Args()
     batch = args.batch or atari.Atari.play_batch_size
     raw = env_rate(gym.make("ALE/Pong-v5", repeat_action_probability=0.0), s)
     env = env_rate(atari.make_experiment(None, atari.Args()).make_env(), s)
-    skip = FrameSkip(
-        gym.make("ALE/Pong-v5", frameskip=1, obs_type="grayscale", repeat_action_probability=0.0), a.frame_skip
-    )
-    crop = tuple(int(x) for x in a.crop.split(","))
-    wrapper_skip = env_rate(Preprocess(skip, crop=crop, size=(a.size, a.size)), s)
     print(f"Pong-v5, agent steps/s (4 frames each), {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
     print(f"  raw env (RGB 210x160)              {raw:8.0f}")
     print(f"  env, make_env() (80x80 gray)       {env:8.0f}   {env / raw:.2f} x raw")
-    print(f"  same with wrappers.FrameSkip       {wrapper_skip:8.0f}   {wrapper_skip / raw:.2f} x raw")
     with tempfile.TemporaryDirectory() as tmp:
         for n in (1, 2):
             # alternated, so that a change in the machine's load hits both sides alike

@@ -1,4 +1,4 @@
-"""Learning results: examples/continuous.py through tinyverse vs Stable-Baselines3 TD3 and SAC (RL-Zoo hyperparameters).
+"""Learning results: examples/ddpg_td3.py, sac.py and naf.py through tinyverse vs Stable-Baselines3 TD3 and SAC.
 
     python bench/continuous.py --envs Pendulum-v1 --seeds 0 --budget-s 300             # sb3-td3, sb3-sac, td3, sac
     python bench/continuous.py --envs Pendulum-v1 --seeds 0,1,2 --stop-solved --json pendulum.jsonl
@@ -6,7 +6,7 @@
         --configs ddpg,ddpg/ou,ddpg/param,td3,td3/ou,td3/param,sac,naf,naf/ou,naf/param --json grid.jsonl
     python bench/continuous.py --envs LunarLanderContinuous-v3 --seeds 0,1,2 --budget-s 1800 --json lunar.jsonl
     python bench/continuous.py --report pendulum.jsonl grid.jsonl lunar.jsonl --curve lunar.png
-    python bench/continuous.py --envs Pendulum-v1 --seeds 0 --systems tinyverse --set n_step=3   # example's options
+    python bench/continuous.py --envs Pendulum-v1 --seeds 0 --systems tinyverse --set n_step=3   # the examples' options
 
 The protocol is ``bench/dqn.py``'s, through its code (``Tracker``, ``evaluate``, ``result``, ``learn_sb3``
 and ``run_tinyverse``): every ``eval_every`` env steps (Pendulum-v1 1,000, LunarLanderContinuous-v3 5,000,
@@ -21,11 +21,12 @@ overrides it), after ``--budget-s`` seconds of training time (wall time less eva
   model is built. TD3's ``normal`` noise is SB3's ``NormalActionNoise`` (in [-1, 1] units); SAC's
   LunarLander ``lin_7.3e-4`` is RL-Zoo's linear decay to 0 over its ``n_timesteps`` (with ``--steps``, the
   same decay per env step). SAC's BipedalWalker entry explores with gSDE (``use_sde``, ``log_std_init`` -3),
-  as RL-Zoo has it; continuous.py's preset samples plain SAC.
+  as RL-Zoo has it; sac.py's preset samples plain SAC.
 - tinyverse: configurations ``algo[/noise]`` (``--configs``; e.g. ``td3``, ``sac``, ``ddpg/ou``,
-  ``td3/param``, ``naf``; the noise left out is the example's default: gaussian, none for sac) run as
-  ``python -m tinyverse examples/continuous.py train`` and ``play`` (one per ``--players``) subprocesses
-  on a fresh SQLite file with ``--set env_id, seed, algo, noise`` and this script's ``--set``; the
+  ``td3/param``, ``naf``; the noise left out is the example's default: gaussian, none for sac, which
+  samples its policy) run as ``python -m tinyverse examples/FILE train`` and ``play`` (one per
+  ``--players``) subprocesses on a fresh SQLite file, FILE being ``ddpg_td3.py`` (with ``--set algo``),
+  ``sac.py`` or ``naf.py``, with ``--set env_id, seed, noise`` and this script's ``--set``; the
   example fills the rest from its RL-Zoo preset. The clock starts at the spawn.
 
 ``--report`` prints the runs, then per configuration the seeds solved, the median time and env steps to
@@ -54,7 +55,9 @@ import dqn as dqn_bench  # noqa: E402
 
 from tinyverse.loader import load_experiment  # noqa: E402  (bench/dqn.py put the repo on sys.path)
 
-FILE = dqn_bench.ROOT / "examples" / "continuous.py"
+EXAMPLES = dqn_bench.ROOT / "examples"
+FILES = {"ddpg": EXAMPLES / "ddpg_td3.py", "td3": EXAMPLES / "ddpg_td3.py", "sac": EXAMPLES / "sac.py"}
+FILES["naf"] = EXAMPLES / "naf.py"
 ENVS = ("Pendulum-v1", "LunarLanderContinuous-v3", "BipedalWalker-v3")  # smaller problem first
 SOLVED = {"Pendulum-v1": -200.0, "LunarLanderContinuous-v3": 200.0, "BipedalWalker-v3": 300.0}
 EVAL_EVERY = {"Pendulum-v1": 1000, "LunarLanderContinuous-v3": 5000, "BipedalWalker-v3": 10_000}
@@ -103,7 +106,7 @@ ZOO = {
             train_freq=64,
             gradient_steps=64,
             learning_starts=10_000,
-            use_sde=True,  # generalized state-dependent exploration; continuous.py samples plain SAC
+            use_sde=True,  # generalized state-dependent exploration; sac.py samples plain SAC
             log_std_init=-3,
             net_arch=[400, 300],
         ),
@@ -136,11 +139,19 @@ def run_sb3(algo: str, env_id: str, seed: int, budget_s: float, stop_solved=Fals
     return dqn_bench.learn_sb3(model, env_id, seed, total, every, budget_s, stop_solved, f"sb3-{algo}", threshold)
 
 
+def example_options(algo: str, noise: str) -> dict[str, str]:
+    """The ``--set`` options that pick ``algo`` and ``noise`` in its file (sac.py has neither: it samples)."""
+    options = {"algo": algo} if FILES[algo].name == "ddpg_td3.py" else {}
+    return options | ({"noise": noise} if noise and algo != "sac" else {})
+
+
 def parse_config(text: str) -> tuple[str, str]:
     """``algo[/noise]`` -> (algo, noise), the noise left out resolved (and the pair checked) by the example."""
     algo, _, noise = text.partition("/")
-    exp = load_experiment(str(FILE), None, {"algo": algo, **({"noise": noise} if noise else {})})
-    return exp.args.algo, exp.args.noise
+    assert algo in FILES, f"algo {algo}: choose one of {', '.join(FILES)}"
+    assert algo != "sac" or noise in ("", "none"), f"{text}: sac explores by sampling its policy, use sac"
+    exp = load_experiment(str(FILES[algo]), None, example_options(algo, noise))
+    return algo, getattr(exp.args, "noise", "none")
 
 
 def run_tinyverse(algo, noise, env_id, seed, budget_s, players=1, stop_solved=False, steps=None, extra=()):
@@ -154,12 +165,12 @@ def run_tinyverse(algo, noise, env_id, seed, budget_s, players=1, stop_solved=Fa
         stop_solved,
         total,
         extra,
-        experiment=FILE,
-        options={"algo": algo, "noise": noise},
+        experiment=FILES[algo],
+        options=example_options(algo, noise),
         eval_every=EVAL_EVERY[env_id],
         threshold=SOLVED[env_id],
     )
-    exp = load_experiment(str(FILE), None, {"algo": algo, "noise": noise, "env_id": env_id, **dict(extra)})
+    exp = load_experiment(str(FILES[algo]), None, {**example_options(algo, noise), "env_id": env_id, **dict(extra)})
     batch = f"{exp.args.batch_sessions}x{exp.args.session_length}"  # sessions x ticks of a minibatch
     return row | {"algo": algo, "noise": noise, "options": dict(extra), "batch": batch}
 
@@ -307,7 +318,7 @@ def main():
     p.add_argument("--systems", default="sb3-td3,sb3-sac,tinyverse", help="of sb3-td3, sb3-sac, tinyverse")
     p.add_argument("--configs", default="td3,sac", help="tinyverse configurations algo[/noise], comma-separated")
     p.add_argument("--players", default="1", help="tinyverse player counts to run, comma-separated")
-    dqn_bench.run_arguments(p, "examples/continuous.py")
+    dqn_bench.run_arguments(p, "the example of each configuration")
     p.add_argument("--curve", metavar="PNG", help="draw eval return vs training time of the larger problem's runs")
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed bench stops its tinyverse processes too

@@ -5,7 +5,7 @@
     python bench/lag.py --experiment examples/atari.py --set env_id=ALE/Pong-v5 --threshold -15 --minutes 45
     python bench/lag.py --report bench/results/lag-cartpole-2cores.jsonl --plot lag.png
 
-The learner is the on-policy actor-critic of the examples (``examples/actor_critic.py``), by
+The learner is the on-policy actor-critic of the examples (APPO, ``examples/common.py``), by
 default in ``examples/recurrent.py``'s GRU agent on CartPole seeing position and angle only (it
 learns in minutes on 2 cores; ``examples/atari.py`` for Pong): players record the
 log-probability of each action they took, the trainer weighs each tick by the ratio of its policy to

@@ -1,18 +1,19 @@
-"""Atari from pixels: an IMPALA-style actor-critic with V-trace, fed by any number of players (PyTorch, one file).
+"""Atari from pixels: APPO, an IMPALA-style actor-critic with V-trace, fed by any number of players (PyTorch).
 
-    pip install -e '.[examples,atari,video]'
+    pip install -e '.[examples,atari,video]'                      # CarRacing: '.[examples,box2d,video]'
     python -m tinyverse atari.py run                     # Pong: 1 player + 1 trainer on this machine
     python -m tinyverse atari.py play -b 3               # or the parts, on as many machines as you have
     python -m tinyverse atari.py train -b 10
     python -m tinyverse atari.py eval -n 5               # 5 greedy games, an mp4 each in ./records
     python -m tinyverse atari.py run --set env_id=ALE/Breakout-v5    # any Atari game: its actions, whole screen
+    python -m tinyverse atari.py run --set env_id=CarRacing-v3 --prefix racing   # the racing game (racing.py)
 
 Players act with params a few versions old and record each action's log-probability (``outputs.logp``);
-the trainer corrects for the lag with V-trace and takes PPO's clipped surrogate on its advantages (APPO,
-``actor_critic.py``), so each recorded tick is trained on ``max_reuse`` times. Frames are the emulator's
-grayscale at 80x80, each stored once: the window of the last 4 is the agent's memory, rebuilt by the
-trainer (``wrappers.py``). The network is the A3C paper's, channels-last. The trainer's device:
-``--device`` / ``TINYVERSE_DEVICE``. Design and measured results: docs/examples.rst.
+the trainer corrects for the lag with V-trace and takes PPO's clipped surrogate on its advantages
+(``common.appo_loss``, which recurrent.py shares), so each recorded tick is trained on ``max_reuse``
+times. Frames are the emulator's grayscale at 80x80, each stored once: the window of the last 4 is the
+agent's memory (``FrameMemory``), rebuilt by the trainer. The network is the A3C paper's, channels-last.
+The trainer's device: ``--device`` / ``TINYVERSE_DEVICE``. Measured results: docs/examples.rst.
 
 IMPALA / V-trace: https://arxiv.org/abs/1802.01561. PPO: https://arxiv.org/abs/1707.06347.
 A3C: https://arxiv.org/abs/1602.01783.
@@ -24,9 +25,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
-from actor_critic import declare_pace, loss, prepare, sample_recent, surrogate, vtrace  # noqa: F401  (tests)
-from common import layer_init
-from wrappers import ActionSubset, FrameMemory, NoopReset, Preprocess, window_indices
+from common import appo_loss, declare_pace, get_weights, layer_init, load_weights, prepare_appo, sample_recent
+from wrappers import ActionSubset, Preprocess, window_indices
 
 import tinyverse
 
@@ -86,14 +86,12 @@ class Args:
     recent_sessions: int = 64
     """the trainer samples among the newest sessions only"""
     max_reuse: float | None = None
-    """the pace: each recorded tick is trained on this many times on average (Atari: 8, half the agent steps of 4
-    to Pong's -15 for as many updates; CarRacing: 4)"""
+    """the pace: each recorded tick is trained on this many times on average (Atari: 8; CarRacing: 4)"""
     trainer_threads: int = 2
-    """torch threads of a trainer on the CPU (players keep 1; on 2 cores with max_reuse 8, 2 gave 16-18% more
-    updates a second than 1)"""
+    """torch threads of a trainer on the CPU (players keep 1)"""
     bfloat16: bool = False
     """the trainer's forward and backward in bfloat16 autocast (losses, Adam, params: float32); fast on GPUs and on
-    CPUs with AVX-512 BF16 or AMX (+7% updates on 2 such cores), emulated and slower on others"""
+    CPUs with AVX-512 BF16 or AMX, emulated and slower on others"""
 
     def __post_init__(self):
         """Fill the options left unset from the game's defaults: the stored options are complete."""
@@ -133,6 +131,51 @@ def register_ale():
     except ImportError:
         raise ImportError("the Atari games need ale-py: pip install -e '.[examples,atari]'", name="ale_py") from None
     gym.register_envs(ale_py)
+
+
+class NoopReset(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """Start each episode with 0..``noop_max`` NOOPs (action 0), drawn at random.
+
+    A deterministic game (no sticky actions) then still starts in different
+    states, so a greedy policy is evaluated on more than one game (as
+    Stable-Baselines3's ``NoopResetEnv``).
+    """
+
+    def __init__(self, env: gym.Env, noop_max: int = 30):
+        gym.utils.RecordConstructorArgs.__init__(self, noop_max=noop_max)
+        super().__init__(env)
+        self.noop_max = noop_max
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        for _ in range(self.np_random.integers(self.noop_max + 1)):
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if terminated or truncated:
+                obs, info = self.env.reset()
+        return obs, info
+
+
+class FrameMemory:
+    """The window of the last ``k`` frames kept as agent memory: the previous k-1 frames.
+
+    Players: ``window, memory = fm.push(observations, memory)`` each tick. The
+    core stores the memory once per session, before tick 0, so every frame is
+    stored once (a window in the observation would store each k times), and the
+    trainer rebuilds every tick's window from the session (``window_indices``).
+    An episode starts with zero frames, so the rebuilt window is the one played.
+    """
+
+    def __init__(self, k: int, frame_shape: tuple[int, ...]):
+        assert k >= 1, "the window holds at least one frame"
+        self.k, self.frame_shape = k, tuple(frame_shape)
+
+    def initial(self, batch_size: int) -> dict[str, np.ndarray]:
+        return {"frames": np.zeros((batch_size, self.k - 1, *self.frame_shape), np.uint8)}
+
+    def push(self, observations: np.ndarray, memory: dict) -> tuple[np.ndarray, dict]:
+        """(B, k, ...) windows ending with ``observations``, and the memory for the next tick."""
+        window = np.concatenate([memory["frames"], np.asarray(observations)[:, None]], axis=1)
+        return window, {"frames": window[:, 1:]}
 
 
 class ActorCritic(nn.Module):
@@ -187,7 +230,7 @@ class Atari(tinyverse.Experiment):
     def make_env(self, render_mode=None):
         a = self.args
         if a.env_id.startswith("CarRacing"):  # Box2D: discrete actions, and the action repeat is ours
-            from racing import FastCarRacing  # only the racing game needs Box2D
+            from racing import FastCarRacing  # the racing game's env: only it needs Box2D
 
             racing = FastCarRacing(a.frame_skip, continuous=False, render_mode=render_mode)
             env = gym.wrappers.TimeLimit(racing, -(-1000 // a.frame_skip))  # CarRacing-v3's 1000 frames
@@ -229,7 +272,7 @@ class Atari(tinyverse.Experiment):
 
     # -- trainer ----------------------------------------------------------------
     def prepare_training(self):
-        prepare(self, self.args.learning_rate)
+        prepare_appo(self, self.args.learning_rate)
         torch.set_num_threads(self.args.trainer_threads)
 
     def sample(self, db, batch_size):
@@ -243,7 +286,7 @@ class Atari(tinyverse.Experiment):
 
     def windows(self, batch) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
         """Every tick's window (B, T+1, K, H, W) uint8 on the device, the frame sequence they index, and
-        where each tick's final window lies in it (``wrappers.window_indices``)."""
+        where each tick's final window lies in it (``wrappers.window_indices``: the frames of ``FrameMemory``)."""
         d, k = self.device, self.args.window
         idx, final_idx = window_indices(batch["terminated"], batch["truncated"], k)
         obs = torch.from_numpy(batch["observations"]).to(d)
@@ -275,7 +318,7 @@ class Atari(tinyverse.Experiment):
             rewards = rewards.sign() if a.clip_rewards else rewards * a.reward_scale
             ended = torch.from_numpy(terminated | truncated).to(d)
         recorded = torch.from_numpy(batch["outputs.logp"]).to(d)
-        total, metrics, _ = loss(logp_all, logp, recorded, values, next_values, rewards, ended, a)
+        total, metrics, _ = appo_loss(logp_all, logp, recorded, values, next_values, rewards, ended, a)
         metrics["policy_lag"] = float(batch["policy_lag"].mean()) if "policy_lag" in batch else 0.0
         self.optimizer.zero_grad()
         total.backward()
@@ -285,10 +328,10 @@ class Atari(tinyverse.Experiment):
 
     # -- params -----------------------------------------------------------------
     def get_params(self):
-        return {k: v.detach().cpu().numpy().copy() for k, v in self.net.state_dict().items()}
+        return get_weights({"": self.net})  # the net's own keys: stored runs' params load as they are
 
     def set_params(self, params):
-        self.net.load_state_dict({k: torch.from_numpy(params[k]) for k in self.net.state_dict()})
+        load_weights({"": self.net}, params)
 
 
 def make_experiment(db, args: Args):

@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 import tinyverse
-from tinyverse import nstep_transitions
+from tinyverse import explore, nstep_transitions
 
 
 @dataclass
@@ -97,14 +97,11 @@ class CartPoleNumPy(tinyverse.Experiment):
         return gym.make("CartPole-v1", render_mode=render_mode)
 
     def epsilon(self) -> float:
-        return max(self.args.eps_end, 1 - self.updates / self.args.eps_updates)
+        return explore.linear(1.0, self.args.eps_end, self.updates / self.args.eps_updates)
 
     def act(self, observations, memory, greedy=False):
-        actions = forward(self.q, observations.astype(np.float32))[0].argmax(1)
-        if not greedy:
-            explore = self.rng.random(len(actions)) < self.epsilon()
-            actions = np.where(explore, self.rng.integers(2, size=len(actions)), actions)
-        return actions, memory
+        q = forward(self.q, observations.astype(np.float32))[0]
+        return explore.epsilon_greedy(q, 0.0 if greedy else self.epsilon(), self.rng), memory
 
     def session_info(self):
         return {"epsilon": self.epsilon()}

@@ -26,10 +26,10 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from common import apex_epsilon, epsilon_greedy, get_weights, linear, load_weights, player_slot
+from common import get_weights, load_weights
 
 import tinyverse
-from tinyverse import nstep_transitions
+from tinyverse import explore, nstep_transitions
 
 
 @dataclass
@@ -287,7 +287,7 @@ class DQN(tinyverse.Experiment):
         self.since_target = 0  # this trainer's updates since it refreshed its own target net
         self.rng = np.random.default_rng()
         self.per: PrioritizedReplay | None = None
-        self.final_epsilon = apex_epsilon(a.eps_end, a.apex_alpha, *player_slot(a.apex_players))
+        self.final_epsilon = explore.apex_epsilon(a.eps_end, a.apex_alpha, *explore.player_slot(a.apex_players))
 
     def make_env(self, render_mode=None):
         return gym.make(self.args.env_id, render_mode=render_mode)
@@ -297,14 +297,13 @@ class DQN(tinyverse.Experiment):
         # Decays with trainer updates, not this player's steps: a fast player (or ten) would
         # otherwise reach its final epsilon before the net knows anything.
         a = self.args
-        return linear(a.eps_start, self.final_epsilon, self.updates / max(a.exploration_steps * a.replay_ratio, 1))
+        fraction = self.updates / max(a.exploration_steps * a.replay_ratio, 1)
+        return explore.linear(a.eps_start, self.final_epsilon, fraction)
 
     @torch.no_grad()
     def act(self, observations, memory, greedy=False):
-        actions = self.q(torch.as_tensor(observations, dtype=torch.float32)).argmax(1).numpy()
-        if not greedy:
-            actions = epsilon_greedy(self.rng, actions, self.n_act, self.epsilon())
-        return actions, memory
+        q = self.q(torch.as_tensor(observations, dtype=torch.float32)).numpy()
+        return explore.epsilon_greedy(q, 0.0 if greedy else self.epsilon(), self.rng), memory
 
     def session_info(self):
         # called once per recorded round, before it is stored and before params are synced:
@@ -317,7 +316,7 @@ class DQN(tinyverse.Experiment):
         self.optimizer = torch.optim.Adam(self.q.parameters(), lr=self.args.learning_rate, fused=True)
 
     def beta(self) -> float:
-        return linear(self.args.per_beta, 1.0, self.updates / max(self.args.per_beta_updates, 1))
+        return explore.linear(self.args.per_beta, 1.0, self.updates / max(self.args.per_beta_updates, 1))
 
     def sample(self, db, batch_size):
         if not self.args.per:

@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tinyverse import Experiment, nstep_transitions
+from tinyverse import Experiment, explore, nstep_transitions
 
 torch.set_num_threads(1)  # several workers share the cores
 
@@ -61,14 +61,11 @@ class MountainCarDQN(Experiment):
 
     @torch.no_grad()
     def act(self, observations, memory, greedy=False):
-        actions = self.q(torch.as_tensor(observations)).argmax(1).numpy()
-        if not greedy:
-            explore = self.rng.random(len(actions)) < self.session_info()["epsilon"]
-            actions = np.where(explore, self.rng.integers(self.n_act, size=len(actions)), actions)
-        return actions, memory
+        q = self.q(torch.as_tensor(observations)).numpy()
+        return explore.epsilon_greedy(q, 0.0 if greedy else self.session_info()["epsilon"], self.rng), memory
 
-    def session_info(self):
-        return {"epsilon": max(self.args.eps_end, 1 - self.update_count / self.args.eps_updates)}
+    def session_info(self):  # epsilon falls linearly with the run's updates, all trainers', restarts included
+        return {"epsilon": explore.linear(1.0, self.args.eps_end, self.update_count / self.args.eps_updates)}
 
     def prepare_training(self):
         self.optimizer = torch.optim.Adam(self.q.parameters(), lr=self.args.learning_rate)

@@ -1,17 +1,14 @@
-"""CarRacing from pixels: the racing game through atari.py's learner (APPO with V-trace), Box2D and no ALE.
+"""The racing game that atari.py plays with ``env_id=CarRacing-v3``: Gymnasium's CarRacing drawn faster.
 
     pip install -e '.[examples,box2d,video]'
-    python -m tinyverse examples/racing.py run                # 1 player + 1 trainer on this machine
-    python -m tinyverse examples/racing.py eval -n 5          # 5 greedy races, an mp4 each in ./records
+    python -m tinyverse examples/atari.py run --set env_id=CarRacing-v3 --prefix racing   # 1 player + 1 trainer
+    python -m tinyverse examples/atari.py eval -n 5 --prefix racing                       # 5 greedy races, mp4s
 
-The options are atari.py's with ``env_id=CarRacing-v3``, which picks the
-racing game's defaults: its 5 discrete actions, the road above the dashboard at
-42x42 grayscale, 4 physics frames an agent step, rewards scaled by 0.1.
-``FastCarRacing`` is Gymnasium's CarRacing drawn faster (the same frames).
-Learner and papers: atari.py; measured results: docs/examples.rst.
+An environment, not an experiment: atari.py's learner (APPO with V-trace) plays it with the racing
+game's defaults there (its 5 discrete actions, the road above the dashboard at 42x42 grayscale, 4
+physics frames an agent step, rewards scaled by 0.1). ``FastCarRacing`` draws the same frames as the
+stock env and repeats each action inside. Measured results: docs/examples.rst.
 """
-
-from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
@@ -22,28 +19,19 @@ try:
 except (ImportError, gym.error.DependencyNotInstalled):
     raise ImportError("the racing game needs Box2D: pip install -e '.[examples,box2d]'", name="Box2D") from None
 
-import atari
-
-
-@dataclass
-class Args(atari.Args):
-    env_id: str = "CarRacing-v3"
-    """the game: CarRacing-v3 (atari.py's options, with the racing game's defaults)"""
-
 
 class FastCarRacing(car_racing.CarRacing):
     """Gymnasium's CarRacing with its road drawn from one NumPy transform a frame, and its action repeat inside.
 
     The stock env moves each of ~700 grass and road polygons to the screen in
-    Python, every frame, to draw the few dozen in view (80 ms a frame on this
-    machine under load, 76% of it there). This draws the same polygons, in the
-    same order, colours and draw calls, after the same clip test, so its frames
-    are the stock env's (tested); the physics is untouched.
+    Python, every frame, to draw the few dozen in view: most of a frame's time.
+    This draws the same polygons, in the same order, colours and draw calls,
+    after the same clip test, so its frames are the stock env's (tested); the
+    physics is untouched.
 
     ``frame_skip`` repeats each action that many physics frames and draws only
-    the last one, the one the agent sees (drawing was 93% of a frame's time:
-    a repeat of 4 went from 13 to 3.7 ms an agent step here); rewards, ends and
-    frames are the stock env's under a repeat wrapper (tested).
+    the last one, the one the agent sees; rewards, ends and frames are the
+    stock env's under a repeat wrapper (tested).
     """
 
     def __init__(self, frame_skip: int = 1, **kwargs):
@@ -95,7 +83,3 @@ class FastCarRacing(car_racing.CarRacing):
             points = list(zip(px[i].tolist(), py[i].tolist(), strict=True))
             gfxdraw.aapolygon(self.surf, points, self._colors[i])
             gfxdraw.filled_polygon(self.surf, points, self._colors[i])
-
-
-def make_experiment(db, args: Args):
-    return atari.Atari(db, args)

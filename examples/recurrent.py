@@ -11,7 +11,7 @@
 The agent's memory is a GRU's hidden state ``h``: players keep it per environment, reset at episode
 ends; the core stores it before every session's first tick (``memory.h``) and the trainer unrolls each
 session from it (``unroll``), as is (``burn_in``: R2D2's burn-in, off). The learner is atari.py's
-(``actor_critic.py``). CartPole sees only the cart's position and the pole's angle; ViZDoom plays at
+(``common.appo_loss``). CartPole sees only the cart's position and the pole's angle; ViZDoom plays at
 48x80 in colour; ``flicker`` blanks frames; ``attention`` pools the map with soft spatial attention.
 Design and measured results: docs/examples.rst.
 
@@ -19,15 +19,15 @@ R2D2: https://openreview.net/forum?id=r1lyTjAqYX. DRQN: https://arxiv.org/abs/15
 Soft attention (query from the LSTM there): https://arxiv.org/abs/1906.02500.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
-from actor_critic import declare_pace, loss, prepare, sample_recent, vtrace  # noqa: F401  (vtrace: tests, readers)
-from common import layer_init
-from wrappers import ActionSubset, DoomScreen, Flicker, ObservationSubset, Preprocess, window_indices
+from common import appo_loss, declare_pace, get_weights, layer_init, load_weights, prepare_appo, sample_recent
+from wrappers import ActionSubset, Preprocess, window_indices
 
 import tinyverse
 
@@ -111,6 +111,85 @@ class Args:
             self.reward_scale = next((v for k, v in presets.items() if self.env_id.startswith(k)), 1.0)
         assert self.net in ("gru", "ff"), f"net {self.net!r}: gru or ff"
         assert self.window >= 1 and 0 <= self.burn_in < self.session_length and self.attention >= 0
+
+
+# -- the games: masked CartPole, flickering frames, ViZDoom ----------------------------------------------------
+class ObservationSubset(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
+    """Observe only some components of a vector observation, e.g. CartPole's position and angle (``[0, 2]``).
+
+    Masking CartPole's velocities makes it a partially observed game: one
+    observation no longer tells where the pole is going, a memory of the
+    previous ones does.
+    """
+
+    def __init__(self, env: gym.Env, keep: Sequence[int]):
+        gym.utils.RecordConstructorArgs.__init__(self, keep=keep)
+        super().__init__(env)
+        space = env.observation_space
+        assert isinstance(space, gym.spaces.Box) and len(space.shape) == 1, "only vector observations"
+        self.keep = np.array(keep, dtype=np.int64)
+        assert len(self.keep) and all(0 <= i < space.shape[0] for i in self.keep), f"keep {keep} out of {space}"
+        self.observation_space = gym.spaces.Box(space.low[self.keep], space.high[self.keep], dtype=space.dtype)
+
+    def observation(self, obs: np.ndarray) -> np.ndarray:
+        return np.asarray(obs)[self.keep]
+
+
+class Flicker(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
+    """Blank each observation (all zeros) with probability ``p``: DRQN's flickering games.
+
+    Hausknecht and Stone (2015, https://arxiv.org/abs/1507.06527) made Atari
+    partially observed this way: on a blank frame an agent without memory sees
+    nothing at all, one with memory still knows what the last frames showed.
+    Seeded by ``reset(seed=...)``, like the environment it wraps.
+    """
+
+    def __init__(self, env: gym.Env, p: float):
+        gym.utils.RecordConstructorArgs.__init__(self, p=p)
+        super().__init__(env)
+        assert 0.0 <= p <= 1.0, f"flicker probability {p} is not in [0, 1]"
+        self.p, self.rng = p, np.random.default_rng()
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        return super().reset(seed=seed, options=options)
+
+    def observation(self, obs: np.ndarray) -> np.ndarray:
+        return np.zeros_like(obs) if self.rng.random() < self.p else obs
+
+
+class DoomScreen(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """ViZDoom's Gymnasium environments as a plain image game: the screen only, and timeouts as truncations.
+
+    ViZDoom observes a dict (``screen`` (H, W, 3) uint8, ``gamevariables``);
+    this keeps the screen, which ``Preprocess`` then crops and downscales like
+    any frame. At the scenario's timeout ViZDoom reports ``terminated`` and
+    ``truncated`` both: the episode was cut, not lost, so this reports it
+    truncated only (a learner then bootstraps from its last frame), unless the
+    player died on that very step. The frame after the episode's end is black
+    in ViZDoom (there is no state); ``render_fps`` is per agent step, so a
+    video of a run with ``frame_skip`` plays at the game's speed.
+    """
+
+    def __init__(self, env: gym.Env):
+        gym.utils.RecordConstructorArgs.__init__(self)
+        super().__init__(env)
+        space = env.observation_space
+        assert isinstance(space, gym.spaces.Dict) and "screen" in space.spaces, "a ViZDoom env observes a screen"
+        self.observation_space = space["screen"]
+        skip = getattr(env.unwrapped, "frame_skip", 1)
+        self.metadata = {**env.metadata, "render_fps": max(1, round(env.metadata.get("render_fps", 35) / skip))}
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return obs["screen"], info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if truncated and terminated:
+            terminated = bool(self.env.unwrapped.game.is_player_dead())
+        return obs["screen"], reward, terminated, truncated, info
 
 
 class SpatialAttention(nn.Module):
@@ -300,7 +379,7 @@ class Recurrent(tinyverse.Experiment):
 
     # -- trainer ----------------------------------------------------------------
     def prepare_training(self):
-        prepare(self, self.args.learning_rate)
+        prepare_appo(self, self.args.learning_rate)
 
     def sample(self, db, batch_size):
         return sample_recent(db, batch_size, self.args.recent_sessions)
@@ -347,7 +426,7 @@ class Recurrent(tinyverse.Experiment):
         with torch.no_grad():
             rewards = torch.from_numpy(batch["rewards"]).to(d) * a.reward_scale
             ended = torch.from_numpy(batch["terminated"] | batch["truncated"]).to(d)
-        total, metrics, ratios = loss(logp_all, logp, recorded, values, next_values, rewards, ended, a, skip=k)
+        total, metrics, ratios = appo_loss(logp_all, logp, recorded, values, next_values, rewards, ended, a, skip=k)
         self.optimizer.zero_grad()
         total.backward()
         grad_norm = nn.utils.clip_grad_norm_(self.net.parameters(), a.max_grad_norm)
@@ -363,10 +442,10 @@ class Recurrent(tinyverse.Experiment):
 
     # -- params -----------------------------------------------------------------
     def get_params(self):
-        return {k: v.detach().cpu().numpy().copy() for k, v in self.net.state_dict().items()}
+        return get_weights({"": self.net})  # the net's own keys: stored runs' params load as they are
 
     def set_params(self, params):
-        self.net.load_state_dict({k: torch.from_numpy(params[k]) for k in self.net.state_dict()})
+        load_weights({"": self.net}, params)
 
 
 def make_experiment(db, args: Args):

@@ -1,22 +1,15 @@
-"""Make an image game RL-friendly: small grayscale frames, few actions, frame skip, a window of frames.
+"""Make an image game RL-friendly: small grayscale frames, few actions, and the window of frames a trainer rebuilds.
 
-Composable Gymnasium wrappers, pure NumPy (no OpenCV)::
+Gymnasium wrappers in pure NumPy (no OpenCV), and one index helper, shared by atari.py and recurrent.py::
 
-    env = gym.make("ALE/Pong-v5", frameskip=1)
-    env = FrameSkip(env, 4)                               # repeat each action 4 frames, sum rewards
+    env = gym.make("ALE/Pong-v5", obs_type="grayscale", frameskip=4)
     env = ActionSubset(env, ["NOOP", "RIGHT", "LEFT"])    # Discrete(3): stay, up, down
     env = Preprocess(env, crop=(34, 194, 0, 160), size=(80, 80))  # uint8 (80, 80) grayscale
 
-The window of the last K frames can live in two places:
-
-- ``FrameWindow(env, K)`` stacks it into the observation, (K, H, W): simple,
-  but a database of sessions then stores every frame K times;
-- ``FrameMemory(K)`` keeps the previous K-1 frames as the agent's *memory*
-  (what tinyverse's ``act`` returns and stores once per session, before tick 0),
-  so every frame is stored once and the trainer rebuilds the window of every
-  tick from that memory and the session's observations (``window_indices``).
-  That cuts the stored frames 4x for K = 4 (2.7x fewer bytes once zlib has squeezed both, bench/atari.py).
-  Both start an episode with zero frames, so a window the trainer rebuilds equals the one the player saw.
+An agent that sees the last K frames keeps the previous K-1 as its *memory*,
+which the core stores once per session, before tick 0: every frame is stored
+once, and the trainer rebuilds every tick's window from that memory and the
+session's observations (``window_indices``).
 """
 
 from collections.abc import Sequence
@@ -127,89 +120,6 @@ class ActionSubset(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
         return int(self.ids[int(action)])
 
 
-class NoopReset(gym.Wrapper, gym.utils.RecordConstructorArgs):
-    """Start each episode with 0..``noop_max`` NOOPs (action 0), drawn at random.
-
-    A deterministic game (no sticky actions) then still starts in different
-    states, so a greedy policy is evaluated on more than one game (as
-    Stable-Baselines3's ``NoopResetEnv``).
-    """
-
-    def __init__(self, env: gym.Env, noop_max: int = 30):
-        gym.utils.RecordConstructorArgs.__init__(self, noop_max=noop_max)
-        super().__init__(env)
-        self.noop_max = noop_max
-
-    def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
-        for _ in range(self.np_random.integers(self.noop_max + 1)):
-            obs, _, terminated, truncated, info = self.env.step(0)
-            if terminated or truncated:
-                obs, info = self.env.reset()
-        return obs, info
-
-
-class FrameSkip(gym.Wrapper, gym.utils.RecordConstructorArgs):
-    """Repeat each action ``skip`` times, summing the rewards; stop early when the episode ends."""
-
-    def __init__(self, env: gym.Env, skip: int = 4):
-        gym.utils.RecordConstructorArgs.__init__(self, skip=skip)
-        super().__init__(env)
-        assert skip >= 1, "skip must be at least 1"
-        self.skip = skip
-        if "render_fps" in env.metadata:  # a video of one frame per agent step plays at real speed
-            self.metadata = {**env.metadata, "render_fps": max(1, round(env.metadata["render_fps"] / skip))}
-
-    def step(self, action):
-        total = 0.0
-        for _ in range(self.skip):
-            obs, reward, terminated, truncated, info = self.env.step(action)
-            total += float(reward)
-            if terminated or truncated:
-                break
-        return obs, total, terminated, truncated, info
-
-
-class FrameWindow(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
-    """Observe the last ``k`` frames stacked, (k, ...), oldest first; zeros before the episode's first frame."""
-
-    def __init__(self, env: gym.Env, k: int = 4):
-        gym.utils.RecordConstructorArgs.__init__(self, k=k)
-        super().__init__(env)
-        space = env.observation_space
-        self.frames = np.zeros((k, *space.shape), space.dtype)
-        self.observation_space = gym.spaces.Box(0, 255, self.frames.shape, space.dtype)
-
-    def reset(self, **kwargs):
-        self.frames[:] = 0
-        return super().reset(**kwargs)
-
-    def observation(self, frame: np.ndarray) -> np.ndarray:
-        self.frames[:-1] = self.frames[1:]
-        self.frames[-1] = frame
-        return self.frames.copy()
-
-
-class FrameMemory:
-    """The window of the last ``k`` frames kept as agent memory: the previous k-1 frames.
-
-    Players: ``window, memory = fm.push(observations, memory)`` each tick.
-    Trainers: ``window_indices`` rebuilds every tick's window from a session.
-    """
-
-    def __init__(self, k: int, frame_shape: tuple[int, ...]):
-        assert k >= 1, "the window holds at least one frame"
-        self.k, self.frame_shape = k, tuple(frame_shape)
-
-    def initial(self, batch_size: int) -> dict[str, np.ndarray]:
-        return {"frames": np.zeros((batch_size, self.k - 1, *self.frame_shape), np.uint8)}
-
-    def push(self, observations: np.ndarray, memory: dict) -> tuple[np.ndarray, dict]:
-        """(B, k, ...) windows ending with ``observations``, and the memory for the next tick."""
-        window = np.concatenate([memory["frames"], np.asarray(observations)[:, None]], axis=1)
-        return window, {"frames": window[:, 1:]}
-
-
 def window_indices(terminated: np.ndarray, truncated: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Where to gather every tick's window of ``k`` frames from a batch of sessions.
 
@@ -222,7 +132,7 @@ def window_indices(terminated: np.ndarray, truncated: np.ndarray, k: int) -> tup
       that ended at tick t (``final_observations[:, t]``), to bootstrap from.
 
     Frames from before the start of a tick's episode point at the zero frame,
-    as after ``FrameMemory.initial`` at a player's episode start.
+    as a player's memory holds zero frames at its episode's start.
     """
     ended = np.asarray(terminated) | np.asarray(truncated)
     B, T = ended.shape
@@ -236,81 +146,3 @@ def window_indices(terminated: np.ndarray, truncated: np.ndarray, k: int) -> tup
     final = np.where(frame[:, 1:] >= start[:, :-1, None], frame[:, 1:] + k, 0)
     final[:, :, -1] = k + T + 1 + np.arange(T)
     return idx, final
-
-
-class ObservationSubset(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
-    """Observe only some components of a vector observation, e.g. CartPole's position and angle (``[0, 2]``).
-
-    Masking CartPole's velocities makes it a partially observed game: one
-    observation no longer tells where the pole is going, a memory of the
-    previous ones does.
-    """
-
-    def __init__(self, env: gym.Env, keep: Sequence[int]):
-        gym.utils.RecordConstructorArgs.__init__(self, keep=keep)
-        super().__init__(env)
-        space = env.observation_space
-        assert isinstance(space, gym.spaces.Box) and len(space.shape) == 1, "only vector observations"
-        self.keep = np.array(keep, dtype=np.int64)
-        assert len(self.keep) and all(0 <= i < space.shape[0] for i in self.keep), f"keep {keep} out of {space}"
-        self.observation_space = gym.spaces.Box(space.low[self.keep], space.high[self.keep], dtype=space.dtype)
-
-    def observation(self, obs: np.ndarray) -> np.ndarray:
-        return np.asarray(obs)[self.keep]
-
-
-class Flicker(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
-    """Blank each observation (all zeros) with probability ``p``: DRQN's flickering games.
-
-    Hausknecht and Stone (2015, https://arxiv.org/abs/1507.06527) made Atari
-    partially observed this way: on a blank frame an agent without memory sees
-    nothing at all, one with memory still knows what the last frames showed.
-    Seeded by ``reset(seed=...)``, like the environment it wraps.
-    """
-
-    def __init__(self, env: gym.Env, p: float):
-        gym.utils.RecordConstructorArgs.__init__(self, p=p)
-        super().__init__(env)
-        assert 0.0 <= p <= 1.0, f"flicker probability {p} is not in [0, 1]"
-        self.p, self.rng = p, np.random.default_rng()
-
-    def reset(self, *, seed=None, options=None):
-        if seed is not None:
-            self.rng = np.random.default_rng(seed)
-        return super().reset(seed=seed, options=options)
-
-    def observation(self, obs: np.ndarray) -> np.ndarray:
-        return np.zeros_like(obs) if self.rng.random() < self.p else obs
-
-
-class DoomScreen(gym.Wrapper, gym.utils.RecordConstructorArgs):
-    """ViZDoom's Gymnasium environments as a plain image game: the screen only, and timeouts as truncations.
-
-    ViZDoom observes a dict (``screen`` (H, W, 3) uint8, ``gamevariables``);
-    this keeps the screen, which ``Preprocess`` then crops and downscales like
-    any frame. At the scenario's timeout ViZDoom reports ``terminated`` and
-    ``truncated`` both: the episode was cut, not lost, so this reports it
-    truncated only (a learner then bootstraps from its last frame), unless the
-    player died on that very step. The frame after the episode's end is black
-    in ViZDoom (there is no state); ``render_fps`` is per agent step, so a
-    video of a run with ``frame_skip`` plays at the game's speed.
-    """
-
-    def __init__(self, env: gym.Env):
-        gym.utils.RecordConstructorArgs.__init__(self)
-        super().__init__(env)
-        space = env.observation_space
-        assert isinstance(space, gym.spaces.Dict) and "screen" in space.spaces, "a ViZDoom env observes a screen"
-        self.observation_space = space["screen"]
-        skip = getattr(env.unwrapped, "frame_skip", 1)
-        self.metadata = {**env.metadata, "render_fps": max(1, round(env.metadata.get("render_fps", 35) / skip))}
-
-    def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
-        return obs["screen"], info
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        if truncated and terminated:
-            terminated = bool(self.env.unwrapped.game.is_player_dead())
-        return obs["screen"], reward, terminated, truncated, info

@@ -13,7 +13,8 @@ from tinyverse.player import play
 
 torch = optional("torch")  # the examples import it too
 sys.path.insert(0, str(ROOT / "examples"))
-from wrappers import ActionSubset, FrameMemory, FrameSkip, FrameWindow, Preprocess, window_indices  # noqa: E402
+import common  # noqa: E402
+from wrappers import ActionSubset, Preprocess, window_indices  # noqa: E402
 
 try:
     import ale_py
@@ -121,84 +122,27 @@ def test_action_subset_by_ids_and_bad_names():
         ActionSubset(pong(), ["NOOP", "JUMP"])
 
 
-# -- FrameSkip --------------------------------------------------------------------------------------------------------
-def test_frame_skip_repeats_the_action_and_sums_rewards():
-    env, twin = FrameSkip(pong(frameskip=1), 4), pong(frameskip=1)
-    env.reset(seed=2)
-    twin.reset(seed=2)
-    rewards = []
-    for _ in range(300):  # a NOOP agent concedes points: rewards of -1
-        obs, reward, *_ = env.step(0)
-        expected = sum(twin.step(0)[1] for _ in range(4))
-        assert reward == expected
-        rewards.append(reward)
-    np.testing.assert_array_equal(obs, twin.unwrapped._get_obs())
-    assert min(rewards) == -1, "some point was scored within 300 steps"
-    assert env.metadata["render_fps"] == round(twin.metadata["render_fps"] / 4)
+# -- the window of frames, kept as memory ---------------------------------------------------------------------------
+def test_frame_memory_windows_are_the_last_frames_with_zeros_before_the_episode():
+    from atari import FrameMemory
 
-
-def test_frame_skip_stops_at_truncation():
-    env = FrameSkip(gym.wrappers.TimeLimit(pong(frameskip=1), 10), 4)
-    env.reset(seed=0)
-    for _ in range(2):
-        *_, terminated, truncated, info = env.step(0)
-        assert not (terminated or truncated)
-    assert info["episode_frame_number"] == 8
-    *_, terminated, truncated, info = env.step(0)
-    assert truncated and not terminated
-    assert info["episode_frame_number"] == 10, "the third step stopped after 2 of its 4 frames"
-
-
-def test_frame_skip_stops_at_the_end_of_the_game():
-    twin = pong(frameskip=1)
-    twin.reset(seed=3)
-    frames = 1
-    while not twin.step(0)[2]:  # a NOOP agent loses 0-21
-        frames += 1
-    skip = next(k for k in (7, 6, 5, 3) if frames % k)
-    env = FrameSkip(pong(frameskip=1), skip)
-    env.reset(seed=3)
-    steps, total, terminated = 0, 0.0, False
-    while not terminated:
-        _, reward, terminated, _, info = env.step(0)
-        steps, total = steps + 1, total + reward
-    assert info["episode_frame_number"] == frames, "no frame played past the end"
-    assert steps == -(-frames // skip) and total == -21
-
-
-# -- the window of frames: stacked, or as memory ---------------------------------------------------------------------
-def test_frame_window_stacks_the_last_frames_and_restarts_with_zeros():
-    env = FrameWindow(gym.wrappers.TimeLimit(Preprocess(pong(), crop=PONG_FIELD, size=(80, 80)), 3), 4)
-    first, _ = env.reset(seed=0)
-    assert first.shape == env.observation_space.shape == (4, 80, 80) and first.dtype == np.uint8
-    assert not first[:3].any() and first[3].any()
-    seen = [first[3]]
-    for _ in range(3):
-        obs, *_, truncated, _ = env.step(0)
-        seen.append(obs[3])
-        np.testing.assert_array_equal(obs[4 - len(seen) :], seen)
-    assert truncated
-    again, _ = env.reset()
-    assert not again[:3].any()
-
-
-def test_frame_memory_gives_the_same_windows_as_frame_window():
     size = (80, 80)
-    stacked = FrameWindow(gym.wrappers.TimeLimit(Preprocess(pong(), crop=PONG_FIELD, size=size), 5), 4)
     single = gym.wrappers.TimeLimit(Preprocess(pong(), crop=PONG_FIELD, size=size), 5)
     fm = FrameMemory(4, size)
-    window_obs, _ = stacked.reset(seed=4)
     obs, _ = single.reset(seed=4)
-    memory = fm.initial(1)
+    memory, episode = fm.initial(1), [obs]
     for _ in range(12):
         window, memory = fm.push(obs[None], memory)
-        np.testing.assert_array_equal(window[0], window_obs)
-        window_obs, _, term, trunc, _ = stacked.step(2)
-        obs, *_ = single.step(2)
+        assert window.shape == (1, 4, 80, 80) and window.dtype == np.uint8
+        last = episode[-4:]  # the frames of this episode so far, zeros before its first
+        expected = np.stack([np.zeros(size, np.uint8)] * (4 - len(last)) + last)
+        np.testing.assert_array_equal(window[0], expected)
+        obs, _, term, trunc, _ = single.step(2)
+        episode.append(obs)
         if term or trunc:
-            window_obs, _ = stacked.reset()
             obs, _ = single.reset()
-            memory = fm.initial(1)
+            memory, episode = fm.initial(1), [obs]
+    assert len(episode) < 12, "an episode ended and the memory restarted with zeros"
 
 
 @pytest.mark.parametrize("episode", [3, 7])
@@ -238,10 +182,8 @@ def test_trainer_rebuilds_every_window_the_player_acted_on(tmp_path, monkeypatch
 
 # -- V-trace ----------------------------------------------------------------------------------------------------------
 def vtrace_of(behaviour, target, rewards, values, next_values, ended, gamma, rho_bar=1.0, c_bar=1.0, lam=1.0):
-    import atari
-
     t = (torch.tensor(np.asarray(x)[None]) for x in (behaviour, target, rewards, values, next_values, ended))
-    vs, qs = atari.vtrace(*t, gamma, rho_bar, c_bar, lam)
+    vs, qs = common.vtrace(*t, gamma, rho_bar, c_bar, lam)
     return vs[0].numpy(), qs[0].numpy()
 
 
@@ -293,8 +235,8 @@ def test_targets_without_vtrace_ignore_the_players_policy():
     """``vtrace=False``: the targets are the on-policy n-step returns (as PPO's advantages) however the players'
     log-probabilities differ from the trainer's; the ratios are still measured and returned."""
     import atari
-    from actor_critic import targets
 
+    targets = common.appo_targets
     a = atari.Args(vtrace=False, gamma=0.5)
     rewards, values, next_values = [[1.0, 0.0, 2.0]], [[0.3, -0.2, 0.7, 9.0]], [[-0.2, 0.7, 4.0]]
     logp, recorded = torch.log(torch.tensor([[0.2, 0.5, 0.9]])), torch.log(torch.tensor([[0.6, 0.25, 0.9]]))
@@ -436,18 +378,18 @@ def test_the_surrogate_by_hand():
     logp_all = torch.log(torch.full((2, 3), 1 / 3))  # uniform over 3 actions: entropy log 3
     recorded = torch.log(torch.tensor([1 / 3 / 1.5, 1 / 3 / 0.5]))  # ratios 1.5 and 0.5
     values, vs, advantages = torch.tensor([0.0, 1.0]), torch.tensor([1.0, 3.0]), torch.tensor([2.0, -2.0])
-    total, m = atari.surrogate(logp_all, logp_all[:, 0], recorded, values, vs, advantages, a)
+    total, m = common.appo_surrogate(logp_all, logp_all[:, 0], recorded, values, vs, advantages, a)
     # min(1.5 x 2, 1.1 x 2) = 2.2; min(0.5 x -2, 0.9 x -2) = -1.8; value loss 0.5 x (1 + 4) / 2
     assert m["pg_loss"] == pytest.approx(-(2.2 - 1.8) / 2) and m["value_loss"] == pytest.approx(1.25)
     assert m["entropy"] == pytest.approx(math.log(3)) and total.item() == pytest.approx(
         -0.2 + 0.625 - 0.01 * math.log(3)
     )
     assert m["clip_fraction"] == 1.0  # both ratios outside 1 +- 0.1
-    m = atari.surrogate(logp_all, logp_all[:, 0], logp_all[:, 0], values, vs, advantages, a)[1]
+    m = common.appo_surrogate(logp_all, logp_all[:, 0], logp_all[:, 0], values, vs, advantages, a)[1]
     assert m["clip_fraction"] == 0.0  # on-policy: every ratio 1
     # normalized over these ticks: [2, -2] / std 2 sqrt 2 = [1, -1] / sqrt 2
     a.normalize_advantages = True
-    m = atari.surrogate(logp_all, logp_all[:, 0], recorded, values, vs, advantages, a)[1]
+    m = common.appo_surrogate(logp_all, logp_all[:, 0], recorded, values, vs, advantages, a)[1]
     assert m["pg_loss"] == pytest.approx(-(1.1 - 0.9) / 2 / math.sqrt(2))
 
 
@@ -532,11 +474,28 @@ def test_fast_car_racing_draws_the_stock_frames():
     fast.close()
 
 
+class RepeatAction(gym.Wrapper):
+    """The stock way to repeat an action: ``skip`` steps, rewards summed, stopped at the episode's end."""
+
+    def __init__(self, env: gym.Env, skip: int):
+        super().__init__(env)
+        self.skip = skip
+        self.metadata = {**env.metadata, "render_fps": max(1, round(env.metadata["render_fps"] / skip))}
+
+    def step(self, action):
+        total = 0.0
+        for _ in range(self.skip):
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            total += float(reward)
+            if terminated or truncated:
+                break
+        return obs, total, terminated, truncated, info
+
+
 def test_fast_car_racing_repeats_actions_as_the_stock_env_under_a_repeat_wrapper():
     import racing
-    from wrappers import FrameSkip
 
-    stock = FrameSkip(gym.make("CarRacing-v3", continuous=False).unwrapped, 4)
+    stock = RepeatAction(gym.make("CarRacing-v3", continuous=False).unwrapped, 4)
     fast = racing.FastCarRacing(4, continuous=False)
     assert fast.metadata["render_fps"] == stock.metadata["render_fps"]
     a, _ = stock.reset(seed=5)
@@ -561,8 +520,8 @@ def test_the_racing_game_goes_through_the_same_learner():
     assert atari.Args().crop == "34,194,0,160" and atari.Args().clip_rewards  # Atari's unchanged
     import racing
 
-    assert vars(racing.make_experiment(None, racing.Args()).args) == vars(exp.args)  # racing.py: the same
     env = exp.make_env()
+    assert isinstance(env.unwrapped, racing.FastCarRacing)  # racing.py: the game's env, drawn fast
     obs, _ = env.reset(seed=0)
     assert env.action_space.n == 5 and obs.shape == (42, 42) and obs.dtype == np.uint8
     rewards = [env.step(3)[1] for _ in range(3)]  # gas: 4 frames an agent step, -0.1 a frame, summed

@@ -1,15 +1,18 @@
-"""examples/dqn.py: the sum tree, double-Q targets, prioritized replay on a real database, smoke runs."""
+"""examples/dqn.py: the sum tree, double-Q targets, prioritized replay on a real database, smoke runs; and
+examples/cartpole_dqn.py copied out of the repository on its own."""
 
+import ast
 import dataclasses
 import importlib.util
 import itertools
+import shutil
 import sys
 
 import numpy as np
 import pytest
 from conftest import ROOT, optional, run_cli
 
-from tinyverse import nstep_transitions
+from tinyverse import explore, nstep_transitions
 from tinyverse.database import connect
 from tinyverse.player import play
 from tinyverse.trainer import train
@@ -195,11 +198,11 @@ def test_replay_follows_a_cleared_and_growing_ring():
 # -- exploration ------------------------------------------------------------------
 def test_apex_epsilons_and_presets(monkeypatch):
     args = dqn.Args()
-    eps = [dqn.apex_epsilon(args.eps_end, args.apex_alpha, i, 4) for i in range(4)]
+    eps = [explore.apex_epsilon(args.eps_end, args.apex_alpha, i, 4) for i in range(4)]
     np.testing.assert_allclose(eps, [0.04 ** ((1 + 7 * (i + 0.5) / 4) / 4.5) for i in range(4)])
     assert eps == sorted(eps, reverse=True) and np.exp(np.log(eps).mean()) == pytest.approx(0.04)
-    assert dqn.apex_epsilon(args.eps_end, args.apex_alpha, 0, 1) == pytest.approx(args.eps_end) and args.eps_end == 0.04
-    two = [dqn.apex_epsilon(args.eps_end, args.apex_alpha, i, 2) for i in range(2)]
+    assert args.eps_end == 0.04 and explore.apex_epsilon(args.eps_end, args.apex_alpha, 0, 1) == pytest.approx(0.04)
+    two = [explore.apex_epsilon(args.eps_end, args.apex_alpha, i, 2) for i in range(2)]
     assert 0.1 < two[0] < 0.2 and 0.005 < two[1] < 0.02  # not 0.4 for one of two: half the data random
     acrobot = dqn.Args(env_id="Acrobot-v1", per=False, n_step=5, learning_rate=1e-3)
     assert (acrobot.per, acrobot.n_step, acrobot.learning_rate) == (False, 5, 1e-3)  # given: kept
@@ -288,3 +291,19 @@ def test_set_options_pick_the_preset_and_a_conflicting_worker_stops(tmp_path):
     assert len(lines) == 1 and "n_step=3" in lines[0] and "n_step=1" in lines[0], out.stderr
     assert db.setting("options") == stored and db.counter("updates") == 0
     db.close()
+
+
+# -- cartpole_dqn.py, the README's example: a user copies it out and makes it their own --------------------------
+def test_cartpole_dqn_runs_copied_alone_into_a_folder_of_its_own(tmp_path):
+    source = ROOT / "examples" / "cartpole_dqn.py"
+    tree = ast.parse(source.read_text())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert {m.split(".")[0] for m in imported} <= {"dataclasses", "gymnasium", "numpy", "torch", "tinyverse"}
+    mine = tmp_path / "cartpole_dqn.py"
+    shutil.copy(source, mine)  # alone: no common.py, no other example beside it
+    url = f"sqlite:///{tmp_path / 'own.db'}"
+    run_cli(mine, "play", "-n", "1", "-b", "1", "--db", url, "--set", "learning_starts=0", cwd=tmp_path, timeout=60)
+    run_cli(mine, "train", "-n", "1", "-b", "1", "--db", url, cwd=tmp_path, timeout=60)
+    out = run_cli(mine, "eval", "-n", "1", "--no-record", "--db", url, cwd=tmp_path, timeout=60).stdout
+    assert "mean return" in out and "params v2" in out  # the player's init, then the trainer's update

@@ -18,10 +18,11 @@ CASES = [  # example, options, the optional package it needs (None: the examples
     ("dqn.py", {"env_id": "LunarLander-v3"}, "Box2D"),
     ("recurrent.py", {}, None),  # masked CartPole: ObservationSubset
     ("recurrent.py", {"flicker": "0.5"}, None),
-    ("continuous.py", {}, None),  # Pendulum
-    ("continuous.py", {"env_id": "LunarLanderContinuous-v3"}, "Box2D"),
-    ("atari.py", {}, "ale_py"),  # Pong: NoopReset, FrameSkip, ActionSubset, Preprocess
-    ("racing.py", {}, "Box2D"),
+    ("ddpg_td3.py", {}, None),  # Pendulum
+    ("sac.py", {"env_id": "LunarLanderContinuous-v3"}, "Box2D"),
+    ("naf.py", {"env_id": "BipedalWalker-v3"}, "Box2D"),
+    ("atari.py", {}, "ale_py"),  # Pong: NoopReset, ActionSubset, Preprocess (ALE skips frames)
+    ("atari.py", {"env_id": "CarRacing-v3"}, "Box2D"),  # racing.py's FastCarRacing
     ("recurrent.py", {"env_id": "VizdoomHealthGathering-v1"}, "vizdoom"),  # DoomScreen
 ]
 

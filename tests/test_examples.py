@@ -15,7 +15,7 @@ from tinyverse.database import connect
 torch = optional("torch")
 
 CARTPOLE = ["cartpole_dqn.py", "cartpole_numpy.py"]
-EXAMPLES = [*CARTPOLE, "dqn.py", "atari.py", "continuous.py"]
+EXAMPLES = [*CARTPOLE, "dqn.py", "atari.py", "ddpg_td3.py", "sac.py", "naf.py"]
 
 
 def load(name: str):
@@ -109,7 +109,7 @@ def test_numpy_example_needs_no_deep_learning_framework():
 
 
 DOCUMENTED = [*EXAMPLES, "recurrent.py", "racing.py"]
-SHARED = ["common.py", "actor_critic.py", "wrappers.py"]
+SHARED = ["common.py", "wrappers.py"]
 
 
 @pytest.mark.parametrize("example", DOCUMENTED + SHARED)
@@ -123,12 +123,26 @@ def test_each_docstring_fits_in_twenty_lines_and_names_its_install_line(example)
 
 def test_shared_pieces_have_one_home():
     sources = {p.name: p.read_text() for p in (ROOT / "examples").glob("*.py")}
-    own = sources.pop("mountaincar.py")  # a new user's file, written from the docs alone: it stands alone
-    assert "nstep_transitions" in own and "def n_step" not in own
-    for piece in ("set_num_threads(1)", "def layer_init", "TINYVERSE_WORKER_INDEX", "os.environ"):
+    for alone in ("mountaincar.py", "cartpole_dqn.py"):  # a new user's file, and the README's: each stands alone
+        own = sources.pop(alone)
+        assert "nstep_transitions" in own and "def n_step" not in own and "from common" not in own
+    for piece in ("set_num_threads(1)", "def layer_init", "os.environ", "def get_weights", "def vtrace"):
         assert [name for name, text in sources.items() if piece in text] == ["common.py"], piece
     for gone in ("def n_step", "def nstep_targets", "sys.path"):  # n-step returns: tinyverse.nstep_transitions
         assert not [name for name, text in sources.items() if gone in text], gone
+    for gone in ("TINYVERSE_WORKER_INDEX", "def epsilon_greedy", "def apex", "def linear"):  # tinyverse.explore
+        assert not [name for name, text in sources.items() if gone in text], gone
+
+
+def test_no_example_imports_another():
+    files = {p.stem: p for p in (ROOT / "examples").glob("*.py")}
+    examples = {name for name, path in files.items() if "def make_experiment" in path.read_text()}
+    assert {"atari", "recurrent", "ddpg_td3", "sac", "naf"} <= examples and "racing" not in examples
+    for name in examples:
+        tree = ast.parse(files[name].read_text())
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert not imported & (examples - {name}), f"{name}.py imports {imported & examples}"
 
 
 def test_cartpole_dqn_step_size_decays_with_the_shared_update_count():

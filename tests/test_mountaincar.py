@@ -37,10 +37,11 @@ def test_play_train_eval_as_a_user_types_them(tmp_path):
     assert "sessions  64 stored" in (info := tv("info").stdout) and "params    version 2" in info
     assert "n_step=8 (int): n-step returns" in info  # the options, with their docstrings
 
-    # the epsilon schedule follows the run's update count, which the core keeps: 3 of 4 updates done
+    # the epsilon schedule follows the run's update count, which the core keeps: 3 of 4 updates done, so
+    # three quarters of the way from 1 to eps_end (0.05)
     tv("play", "-n", "1", "-b", "2")
     oldest, newest = db.session_range()
-    np.testing.assert_allclose(db.get_batch([newest - 1, newest])["info.epsilon"], 0.25)
+    np.testing.assert_allclose(db.get_batch([newest - 1, newest])["info.epsilon"], 1 - 0.75 * 0.95)
     db.close()
 
     out = tv("eval", "-n", "1", "--no-record").stdout

@@ -13,8 +13,9 @@ from tinyverse.player import play
 
 torch = optional("torch")  # the examples import it too
 sys.path.insert(0, str(ROOT / "examples"))
+import common  # noqa: E402
 import recurrent  # noqa: E402
-from wrappers import DoomScreen, Flicker, ObservationSubset  # noqa: E402
+from recurrent import DoomScreen, Flicker, ObservationSubset  # noqa: E402
 
 EXP = ROOT / "examples" / "recurrent.py"
 CPU = {"TINYVERSE_DEVICE": "cpu"}
@@ -187,7 +188,7 @@ def test_vtrace_is_the_papers_sum_within_each_episode():
         for s in range(T)
     ])  # fmt: skip
     t = (torch.tensor(x[None]) for x in (behaviour, target, rewards, values, next_values, ended))
-    vs, qs = recurrent.vtrace(*t, gamma, lam=lam)
+    vs, qs = common.vtrace(*t, gamma, lam=lam)
     np.testing.assert_allclose(vs[0].numpy(), expected, rtol=1e-6)
     assert qs[0, 4].item() == pytest.approx(rewards[4] + gamma * next_values[4])  # nothing across the end
     assert qs[0, 3].item() == pytest.approx(rewards[3] + gamma * expected[4])
