@@ -116,8 +116,11 @@ def test_info_last_sums_up_that_many_recent_returns(tmp_path):
     db = connect(url, PREFIX)
     db.save_params(FakeExperiment().get_params())
     db.add_metrics("episodes", [{"return": float(r), "time": time.time(), "steps": 8 * r} for r in range(1, 11)])
-    assert "returns   last 3: mean 9.0, min 8.0, max 10.0" in run_cli(FAKE, "info", "--last", 3, "--db", url).stdout
-    assert "returns   last 10: mean 5.5, min 1.0, max 10.0" in run_cli(FAKE, "info", "--db", url).stdout
+    assert (
+        "returns   last 3: mean 9.00 ± 0.816, min 8.00, max 10.0"
+        in run_cli(FAKE, "info", "--last", 3, "--db", url).stdout
+    )
+    assert "returns   last 10: mean 5.50 ± 2.87, min 1.00, max 10.0" in run_cli(FAKE, "info", "--db", url).stdout
 
 
 # -- clear -------------------------------------------------------------------------------------------------------------
