@@ -1,5 +1,8 @@
-"""eval: greedy episodes, mp4 videos that appear whole or not at all, Ctrl-C that keeps the summary."""
+"""eval: greedy episodes, mp4 videos that appear whole or not at all, Ctrl-C that keeps the summary,
+returns and lengths printed as they are."""
 
+import gymnasium as gym
+import numpy as np
 import pytest
 from conftest import optional
 from fake_experiment import FakeExperiment
@@ -53,3 +56,39 @@ def test_ctrl_c_while_a_video_is_written_leaves_no_file(db, tmp_path, monkeypatc
         evaluate(FakeExperiment(db, max_steps=30), db, 3, str(tmp_path / "rec"))
     assert list((tmp_path / "rec").iterdir()) == []
     assert "interrupted after 1 of 3 episodes" in capsys.readouterr().out
+
+
+class Scripted(gym.Env):
+    """Episodes of the given lengths, each step paying ``reward``: their returns are known in advance."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, lengths: list[int], reward: float):
+        self.lengths, self.reward, self.episode, self.t = lengths, reward, -1, 0
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.episode, self.t = self.episode + 1, 0
+        return np.zeros(4, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(4, np.float32), self.reward, False, self.t >= self.lengths[self.episode], {}
+
+
+class Lander(FakeExperiment):
+    """A MiniGrid-like scale of returns: 20 steps pay 0.958, which one decimal showed as 1.0."""
+
+    def make_env(self, render_mode=None):
+        return Scripted([20, 4], reward=0.0479)
+
+
+def test_eval_prints_returns_with_three_significant_digits_and_the_lengths(db, capsys):
+    returns = evaluate(Lander(db), db, 2)
+    lines = capsys.readouterr().out.splitlines()
+    assert returns == pytest.approx([0.958, 0.1916])
+    assert lines[0] == "episode 1/2: return 0.958, length 20"
+    assert lines[1] == "episode 2/2: return 0.192, length 4"
+    assert lines[2] == "mean return 0.575 ± 0.383 over 2 episodes (random init: no params)"
+    assert lines[3] == "mean length 12.0 ± 8.00 steps, min 4, max 20"

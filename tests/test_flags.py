@@ -35,8 +35,8 @@ def test_run_target_eval_holds_the_target_against_greedy_episodes_not_the_traini
     started = time.monotonic()
     out = run_cli(FAKE, "run", *args, "--db", url, cwd=tmp_path, timeout=180)
     assert time.monotonic() - started >= 30, f"it stopped before its first greedy eval:\n{out.stdout}"
-    assert "run stopped: greedy eval's mean return 5.0 reached the target 5.0" in out.stdout
-    assert "greedy eval: mean return 5.0 (target 5)" in out.stderr
+    assert "run stopped: greedy eval's mean return 5.00 ± 0 over 3 episodes reached the target 5" in out.stdout
+    assert "greedy eval: mean return 5.00 ± 0 over 3 episodes (target 5)" in out.stderr
     returns = [m["return"] for m in connect(url, PREFIX).metrics("episodes")]
     assert len(returns) >= 20 and set(returns) == {5.0}, "the training returns alone would have stopped it"
 
@@ -116,8 +116,11 @@ def test_info_last_sums_up_that_many_recent_returns(tmp_path):
     db = connect(url, PREFIX)
     db.save_params(FakeExperiment().get_params())
     db.add_metrics("episodes", [{"return": float(r), "time": time.time(), "steps": 8 * r} for r in range(1, 11)])
-    assert "returns   last 3: mean 9.0, min 8.0, max 10.0" in run_cli(FAKE, "info", "--last", 3, "--db", url).stdout
-    assert "returns   last 10: mean 5.5, min 1.0, max 10.0" in run_cli(FAKE, "info", "--db", url).stdout
+    assert (
+        "returns   last 3: mean 9.00 ± 0.816, min 8.00, max 10.0"
+        in run_cli(FAKE, "info", "--last", 3, "--db", url).stdout
+    )
+    assert "returns   last 10: mean 5.50 ± 2.87, min 1.00, max 10.0" in run_cli(FAKE, "info", "--db", url).stdout
 
 
 # -- clear -------------------------------------------------------------------------------------------------------------

@@ -72,7 +72,7 @@ def test_run_stops_at_target_return(tmp_path, target, reached):
     assert len(returns) >= 20 and set(returns) == {5.0}
     if reached:
         assert out.returncode == 0, out.stderr
-        assert f"run stopped: recent mean return 5.0 reached the target {target}" in out.stdout
+        assert f"run stopped: recent mean return 5.00 ± 0 over 20 episodes reached the target {target:g}" in out.stdout
     else:  # stopped by -n: a run with a target that it missed exits 1, saying why
         assert "run stopped: reached" in out.stdout and "target" not in out.stdout
         assert out.returncode == 1

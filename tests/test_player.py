@@ -7,6 +7,7 @@ import pytest
 from conftest import in_thread, joined, wait_for
 from fake_experiment import FakeExperiment
 
+from tinyverse import readable
 from tinyverse.errors import TinyverseError
 from tinyverse.evaluation import evaluate
 from tinyverse.player import play
@@ -306,6 +307,6 @@ def test_evaluate_plays_full_greedy_episodes_with_the_latest_params(db, capsys):
     assert exp.greedy_calls == sum(lengths), "eval must ask for the greedy policy"
     out = capsys.readouterr().out
     for i, r in enumerate(returns):
-        assert f"episode {i + 1}/3: return {r:.1f}" in out
-    assert f"mean return {np.mean(returns):.1f} ± {np.std(returns):.1f} over 3 episodes (params v{version})" in out
+        assert f"episode {i + 1}/3: return {readable.number(r)}, length {lengths[i]}" in out
+    assert f"mean return {readable.mean(returns)} (params v{version})" in out
     assert evaluate(FakeExperiment(db, max_steps=20), db, episodes=3, seed=0) == returns, "seeded eval repeats"

@@ -14,7 +14,7 @@ from .errors import TinyverseError, masked
 from .evaluation import evaluate
 from .flags import FLAGS, within
 from .loader import load_experiment, parse_set
-from .ops import export, launcher, monitor, stop, tensorboard
+from .ops import export, launcher, monitor, plot, stop, tensorboard
 from .player import play
 from .trainer import train
 
@@ -52,7 +52,7 @@ def _db(args):
 
 
 MODES = {"play": mode_play, "train": mode_train, "run": launcher.mode_run, "eval": mode_eval}
-MODES |= {"clear": stop.mode_clear, "info": monitor.mode_info, "plot": monitor.mode_plot}
+MODES |= {"clear": stop.mode_clear, "info": monitor.mode_info, "plot": plot.mode_plot}
 MODES |= {"export": export.mode_export, "import": export.mode_import}
 NEEDS_EXPERIMENT = {"play", "train", "run", "eval", "export", "import"}
 RAW = argparse.RawDescriptionHelpFormatter
@@ -77,8 +77,9 @@ class _Parser(argparse.ArgumentParser):
         raise TinyverseError(f"{message} (see python -m tinyverse --help)")
 
 
-def build_parser(epilog: str | None = None) -> argparse.ArgumentParser:
-    """The parser of every mode; ``epilog`` ends each experiment mode's --help (its options)."""
+def build_parser(epilog: str | None = None, positionals: bool = True) -> argparse.ArgumentParser:
+    """The parser of every mode; ``epilog`` ends each experiment mode's --help (its options);
+    ``positionals`` False: a mode's positional arguments may be left out."""
     common, experiment = argparse.ArgumentParser(add_help=False), argparse.ArgumentParser(add_help=False)
     g = common.add_argument_group("database")
     urls = "sqlite:///file.db (default, $TINYVERSE_DB), redis://[user:password@]host:port/0, rediss://"
@@ -110,14 +111,19 @@ def build_parser(epilog: str | None = None) -> argparse.ArgumentParser:
         kw = {"help": doc, "description": doc, "epilog": epilog if needs else None, "prog": prog}
         p = sub.add_parser(name, parents=[common, experiment] if needs else [common], **kw, formatter_class=RAW)
         for flags, keywords, text in FLAGS.get(name, []):
-            p.add_argument(*flags.split(), **keywords, help=text)
+            maybe = {} if positionals or flags.startswith("-") else {"nargs": "?"}
+            p.add_argument(*flags.split(), **keywords, **maybe, help=text)
     return parser
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
-    """The arguments of ``python -m tinyverse ARGV``, the database URL built from them, ``args.options`` a dict."""
+def parse(argv: list[str], for_help: bool = False) -> argparse.Namespace:
+    """The arguments of ``python -m tinyverse ARGV``, the database URL built from them,
+    ``args.options`` a dict. ``for_help``: for the options --help lists, which need the database
+    alone: a positional argument may be left out."""
     experiment = argv[0] if argv and argv[0] not in MODES and not argv[0].startswith("-") else None
-    args = build_parser(monitor.options_help(experiment, argv, parse)).parse_args(argv[1:] if experiment else argv)
+    listed = monitor.options_help(experiment, argv, lambda rest: parse(rest, for_help=True))
+    parser = build_parser(listed, positionals=not for_help)
+    args = parser.parse_args(argv[1:] if experiment else argv)
     if args.mode in NEEDS_EXPERIMENT and experiment is None:
         raise TinyverseError(f"{args.mode} needs an experiment: python -m tinyverse EXPERIMENT.py {args.mode}")
     args.experiment, args.options = experiment, dict(getattr(args, "options", []))

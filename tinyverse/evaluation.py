@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import checks
+from . import checks, readable
 from .database import Database
 from .experiment import Experiment
 from .params import sync_params
@@ -34,13 +34,16 @@ def write_video(path: Path, frames: list[np.ndarray], fps: int = 30) -> bool:
 
 def evaluate(exp: Experiment, db: Database | None, episodes=10, record=None, seed=None, version=None, quiet=False):
     """Play ``episodes`` greedy episodes with the latest params of ``db`` (None: those ``exp`` holds, of ``version``),
-    an mp4 of each into the folder ``record``; their returns. Ctrl-C still prints the finished episodes' summary."""
+    an mp4 of each into the folder ``record``; their returns. Prints each return and length, then
+    their means (a hovering lander and a crashing one may score alike, never last alike); Ctrl-C
+    still prints the finished episodes' summary."""
     say = (lambda _: None) if quiet else functools.partial(print, flush=True)
     if (version := version if db is None else sync_params(exp, db, None)) is None and not quiet:
         log.warning("no params stored: evaluating the experiment's random init")
     if record:  # frames are drawn offscreen: no display, and none of SDL's complaints about XDG_RUNTIME_DIR
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    env, returns = checks.make_env(exp, "rgb_array" if record else None), []
+    env = checks.make_env(exp, "rgb_array" if record else None)
+    returns, lengths = [], []  # of each episode
     act = checks.Act(exp, 1, greedy=True)
     if record and getattr(env, "render_mode", None) != "rgb_array":
         log.warning("this environment does not render rgb_array frames: no video")
@@ -49,17 +52,21 @@ def evaluate(exp: Experiment, db: Database | None, episodes=10, record=None, see
     try:
         for ep in range(episodes):
             obs = checks.reset(env, seed=None if seed is None else seed + ep)
-            memory, total, done = checks.initial_memory(exp, 1), 0.0, False
+            memory, done = checks.initial_memory(exp, 1), False
+            total, steps = 0.0, 0  # the episode's return and length
             frames = [env.render()] if record else []
             while not done:
                 actions, memory, _ = act(np.asarray(obs)[None], memory)
                 obs, reward, terminated, truncated, _ = checks.step(env, actions[0])
-                total, done = total + float(reward), terminated or truncated
+                total, steps = total + float(reward), steps + 1
+                done = terminated or truncated
                 frames += [env.render()] if record else []
             returns.append(total)
+            lengths.append(steps)
             path = Path(record or ".") / f"episode_{ep:03d}{'' if version is None else f'_v{version}'}.mp4"
             video = f"  video {path}" if record and write_video(path, frames, fps) else ""
-            say(f"episode {ep + 1}/{episodes}: return {total:.1f}{video}")
+            shown = f"return {readable.number(total)}, length {steps}"
+            say(f"episode {ep + 1}/{episodes}: {shown}{video}")
     except KeyboardInterrupt:
         say(f"interrupted after {len(returns)} of {episodes} episodes")
         raise
@@ -67,5 +74,7 @@ def evaluate(exp: Experiment, db: Database | None, episodes=10, record=None, see
         env.close()
         held = "random init: no params" if version is None else f"params v{version}"
         if returns:
-            say(f"mean return {np.mean(returns):.1f} ± {np.std(returns):.1f} over {len(returns)} episodes ({held})")
+            say(f"mean return {readable.mean(returns)} ({held})")
+            shortest, longest = min(lengths), max(lengths)
+            say(f"mean length {readable.spread(lengths)} steps, min {shortest}, max {longest}")
     return returns

@@ -100,6 +100,7 @@ class Trainer:
         steps = self.db.count_sessions().added * self.exp.session_length
         record = {"time": time.time(), "updates": self.done, "steps": steps, "version": p.version}
         record |= {"batch": self.prefetch.batch_size, "worker": self.worker.id, "push_s": round(p.seconds, 4)}
+        record["run_updates"] = self.pace.total  # all trainers', across restarts: plot's x-axis
         self.db.add_metrics("train", [record | {"pushes": p.pushes, "push_conflicts": p.conflicts, **means}])
         if self.on_report is not None:
             self.on_report(means, steps)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import readable
 from ..database import Database, connect
 from ..errors import Every, TinyverseError
 from ..evaluation import evaluate
@@ -18,6 +19,7 @@ from ..loader import load_experiment
 from ..options import store
 from ..workers import PARENT, StopFlag
 from . import ray
+from .bottleneck import side
 
 log = logging.getLogger(__name__)
 CRASH_WINDOW = 120.0  # crashes older than this are forgiven
@@ -45,7 +47,7 @@ def mode_run(args):
         for i in range(n):  # e.g. Ape-X: player i of n explores with an epsilon of its own
             index = {"TINYVERSE_WORKER_INDEX": str(i), "TINYVERSE_WORKER_COUNT": str(n)}
             workers.append((f"{role}-{i}", [*argv, "--prefix", args.prefix, "-q"], env | index))
-    judge = args.target_eval and (lambda: float(np.mean(evaluate(exp, db, args.target_eval, quiet=True))))
+    judge = args.target_eval and (lambda: evaluate(exp, db, args.target_eval, quiet=True))
     watch = Watch(db, exp.session_length, args.steps, args.target_return, judge)
     reason = supervise(workers, spawn, watch, args.max_crashes)
     print(f"run stopped: {reason}")
@@ -128,12 +130,15 @@ class Child:
 
 
 def progress(db: Database) -> list[str]:
-    """The run at a glance: sessions, params version, recent return, loss (for run's progress line)."""
+    """The run at a glance: sessions, params version, recent return, loss, the side that limits the
+    pace (for run's progress line; ``info`` says the rates and the usual fix)."""
     parts = [f"sessions {db.count_sessions().stored:,}", f"params v{db.params_version() or 0}"]
     if returns := db.recent_returns(20):
-        parts.append(f"return {np.mean(returns):.1f} (last {len(returns)})")
+        parts.append(f"return {readable.number(np.mean(returns))} (last {len(returns)})")
     if (train := db.metrics("train", 1)) and "loss" in train[-1]:
         parts.append(f"loss {train[-1]['loss']:.4g}")
+    if limit := side(db.workers()):
+        parts.append(f"bottleneck: {limit}")
     return parts
 
 
@@ -156,19 +161,29 @@ class Watch:
             print(f"\r{line}\033[K", end="", file=sys.stderr, flush=True)
         elif self.shown():
             log.info("%s", line)
-        if self.target is not None and self.judge and now - self.judged >= 30:
-            score, self.judged = self.judge(), time.monotonic()
-            log.info("greedy eval: mean return %.1f (target %g)", score, self.target)
-            if score >= self.target:
-                self.reached = True
-                return f"greedy eval's mean return {score:.1f} reached the target {self.target}"
-        if self.target is not None and not self.judge and len(fresh := self.db.recent_returns(20, self.since)) >= 20:
-            if np.mean(fresh) >= self.target:  # before the steps' limit: the run reached its goal
-                self.reached = True
-                return f"recent mean return {np.mean(fresh):.1f} reached the target {self.target}"
+        if self.target is not None and (reached := self._reached(now)):
+            self.reached = True
+            return reached
         if self.max_steps is not None and steps >= self.max_steps:
             return f"reached {steps:,} env steps"
         return None
+
+    def _reached(self, now: float) -> str | None:
+        """Why the target counts as reached (the mean judged, its spread and count), or None."""
+        if self.judge:  # greedy episodes of the latest params, every 30 s
+            if now - self.judged < 30:
+                return None
+            returns, self.judged = self.judge(), time.monotonic()  # when it was judged last
+            what = "greedy eval's mean return"
+            log.info("greedy eval: mean return %s (target %g)", readable.mean(returns), self.target)
+        else:  # this run's training episodes
+            returns = self.db.recent_returns(20, self.since)
+            what = "recent mean return"
+            if len(returns) < 20:
+                return None
+        if np.mean(returns) < self.target:
+            return None
+        return f"{what} {readable.mean(returns)} reached the target {self.target:g}"
 
     def close(self) -> None:
         if self.tty:

@@ -1,17 +1,16 @@
-"""Watching training: ``info`` (the dashboard) and ``plot`` (learning curves); TensorBoard files: ``tensorboard``."""
+"""Watching training: ``info`` (the dashboard) and the options listed; learning curves: ``plot``."""
 
 import ast
 import dataclasses
 import inspect
 import time
 import typing
-from pathlib import Path
 
-import numpy as np
-
+from .. import readable
 from ..database import Database, connect, masked
 from ..errors import TinyverseError, command
 from ..loader import dataclass_of, import_file
+from .bottleneck import bottleneck
 
 
 def mode_info(args):
@@ -117,17 +116,39 @@ def info_text(db: Database, last: int = 100) -> str:
             f"  pace      target {pace['updates_per_step']:g} updates an env step (after {pace['learning_starts']:,}, "
             f"slack {pace['pace_slack']:,}), actual {actual} ({updates:,} updates)"
         )
+    if limit := bottleneck(workers):
+        lines.append(f"  limit     {limit}")
     lines += [_worker_line(w, saved, now) for w in workers] or ["  workers   none alive"]
     if returns := db.recent_returns(last):
-        r = np.array(returns)
-        lines.append(f"  returns   last {len(r)}: mean {r.mean():.1f}, min {r.min():.1f}, max {r.max():.1f}")
-    latest = {m.get("worker"): m for m in db.metrics("train", 200)}  # each trainer's latest metrics
-    for m in latest.values():  # its numbers, under printable names: any other value may be anything
-        ago = f" ({_age(now - m['time'])} ago)" if "time" in m else ""
-        found = [(k, v) for k, v in m.items() if type(v) in (int, float) and k.isprintable()]
-        shown = ", ".join(f"{k} {v:.4g}" for k, v in found if k not in ("time", "version", "steps"))
-        lines.append(f"  training  {shown}{ago}")
-    return "\n".join(lines)
+        low, high = readable.number(min(returns)), readable.number(max(returns))
+        summary = f"mean {readable.spread(returns)}, min {low}, max {high}"
+        lines.append(f"  returns   last {len(returns)}: {summary}")
+    return "\n".join(lines + _training_lines(db, {w["id"] for w in workers}, now))
+
+
+def _training_lines(db: Database, live: set[str], now: float, last: int = 1000) -> list[str]:
+    """The latest metrics of each live trainer; the trainers that stopped in one line (a line each
+    would pile up over restarts), as far as the newest ``last`` reports tell."""
+    reports = db.metrics("train", last)
+    latest = {m.get("worker"): m for m in reports}
+    lines = [f"  training  {_numbers(m)} ({_ago(m, now)})" for w, m in latest.items() if w in live]
+    if past := [m for w, m in latest.items() if w not in live]:
+        newest = max(past, key=lambda m: m.get("time", 0))
+        count = f"{len(past)} trainer{'s' if len(past) > 1 else ''}"
+        if len(reports) == last:  # older reports were not read: there may be more
+            count = f"at least {count}"
+        lines.append(f"  stopped   {count}, the last {_ago(newest, now)}: {_numbers(newest)}")
+    return lines
+
+
+def _numbers(report: dict) -> str:
+    """A trainer report's numbers, under printable names: any other value may be anything."""
+    found = [(k, v) for k, v in report.items() if type(v) in (int, float) and k.isprintable()]
+    return ", ".join(f"{k} {v:.4g}" for k, v in found if k not in ("time", "version", "steps"))
+
+
+def _ago(report: dict, now: float) -> str:
+    return f"{_age(now - report['time'])} ago" if "time" in report else "at a time not stored"
 
 
 def _worker_line(w: dict, saved, now: float) -> str:
@@ -144,42 +165,3 @@ def _worker_line(w: dict, saved, now: float) -> str:
 def _age(seconds: float) -> str:
     s = int(seconds)
     return f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else f"{s // 3600}h{s % 3600 // 60:02d}m"
-
-
-def mode_plot(args):
-    """Draw learning curves (return vs env steps and wall time, trainer loss) into a PNG."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise TinyverseError("plot needs matplotlib: pip install 'tinyverse[plot]'") from None
-    kinds = sorted(Figure().canvas.get_supported_filetypes())  # said before drawing
-    if Path(args.output).suffix.lower().removeprefix(".") not in kinds:
-        raise TinyverseError(f"plot -o {args.output}: want an image ending .{', .'.join(kinds)}")
-    db = connect(args.url, args.prefix, retry_for=5, create=False)
-    if not (episodes := db.metrics("episodes")):
-        raise TinyverseError(f"no episode returns stored under prefix {db.prefix!r}: play first, or check --prefix")
-    returns, k = np.array([m["return"] for m in episodes]), min(20, len(episodes))
-    start = episodes[0]["time"]
-    curves = {
-        "env steps": [m["steps"] for m in episodes],
-        "wall time (min)": [(m["time"] - start) / 60 for m in episodes],
-    }
-    fig = Figure(figsize=(15, 4), layout="tight")
-    axes = fig.subplots(1, 3)
-    for ax, (label, x) in zip(axes, curves.items(), strict=False):
-        ax.plot(x, returns, ".", alpha=0.3, label="episode")
-        ax.plot(x[k - 1 :], np.convolve(returns, np.ones(k) / k, mode="valid"), label=f"mean of {k}")
-        ax.set(xlabel=label, ylabel="return")
-        ax.legend()
-    train = db.metrics("train")
-    losses = [(m["updates"], m["loss"]) for m in train if {"loss", "updates"} <= m.keys()]
-    axes[2].set(xlabel="trainer updates", ylabel="loss", title="" if losses else "no trainer loss stored")
-    if losses:
-        axes[2].plot(*zip(*losses, strict=True), ".-")
-        axes[2].set_yscale("log" if min(v for _, v in losses) > 0 else "linear")
-    fig.suptitle(f"{db.prefix}: {len(returns)} episodes")
-    try:
-        fig.savefig(args.output, dpi=80)
-    except OSError as e:  # the folder went, or filled up, since -o was checked
-        raise TinyverseError(f"cannot write {args.output} ({e}): pick another -o") from None
-    print(f"wrote {args.output}")

@@ -1,4 +1,5 @@
-"""``train --logdir``: the trainer's metrics and the recent returns as TensorBoard event files."""
+"""``train --logdir``: the trainer's metrics and the recent returns as TensorBoard event files, on
+the run's update count."""
 
 import numpy as np
 
@@ -22,10 +23,13 @@ class EventWriter:
         self.writer.flush()
 
     def report(self, metrics: dict[str, float], env_steps: int) -> None:
-        """A trainer's report: its mean metrics, and the mean of the recent returns, against env steps."""
-        recent = self.db.recent_returns(20) if self.db is not None else []
-        extra = {"return/recent_mean": float(np.mean(recent))} if recent else {}
-        self.scalars({**{f"train/{k}": v for k, v in metrics.items()}, **extra}, env_steps)
+        """A trainer's report (its mean metrics, the env steps played, the mean recent return)
+        against the run's update count: all trainers', so that a restarted trainer carries the
+        curves on where they stopped (``db`` needed)."""
+        recent = self.db.recent_returns(20)
+        values = {f"train/{k}": v for k, v in metrics.items()} | {"run/env_steps": env_steps}
+        values |= {"return/recent_mean": float(np.mean(recent))} if recent else {}
+        self.scalars(values, self.db.counter("updates"))
 
     def close(self) -> None:
         self.writer.close()

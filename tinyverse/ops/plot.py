@@ -1,0 +1,73 @@
+"""``plot``: learning curves on the run's own clocks (env steps, active wall time, the run's
+updates), so that a run stopped and continued draws on where it left off."""
+
+from pathlib import Path
+
+import numpy as np
+
+from ..database import connect
+from ..errors import TinyverseError
+
+IDLE = 300.0  # seconds between two episodes past which the run was stopped, not slow: not drawn
+
+
+def active_minutes(times: list[float]) -> np.ndarray:
+    """The run's active wall time at each of ``times`` (Unix times of its episodes), in minutes:
+    a gap of more than ``IDLE`` between two episodes (the run stopped, then continued) counts 0."""
+    ordered = np.maximum.accumulate(np.asarray(times, float))  # players append out of order
+    gaps = np.diff(ordered, prepend=ordered[:1])
+    return np.cumsum(np.where(gaps > IDLE, 0.0, gaps)) / 60
+
+
+def loss_series(train: list[dict]) -> list[tuple[float, float]]:
+    """(the run's update count, loss) of each trainer report that holds a loss. A report holds the
+    run's count (``run_updates``) and its process's (``updates``): for reports of before the run's
+    was stored, the sum of each trainer's latest count stands for it."""
+    latest, points = {}, []
+    for m in train:
+        if not {"loss", "updates"} <= m.keys():
+            continue
+        latest[m.get("worker")] = m["updates"]
+        run = m.get("run_updates")
+        known = type(run) is int and run >= 0  # any JSON may stand beside the typed fields
+        points.append((run if known else sum(latest.values()), m["loss"]))
+    return points
+
+
+def mode_plot(args):
+    """Draw learning curves: return vs env steps and active wall time, loss vs the run's updates."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise TinyverseError("plot needs matplotlib: pip install 'tinyverse[plot]'") from None
+    kinds = sorted(Figure().canvas.get_supported_filetypes())  # said before drawing
+    if Path(args.output).suffix.lower().removeprefix(".") not in kinds:
+        raise TinyverseError(f"plot -o {args.output}: want an image ending .{', .'.join(kinds)}")
+    db = connect(args.url, args.prefix, retry_for=5, create=False)
+    if not (episodes := db.metrics("episodes")):
+        fix = "play first, or check --prefix"
+        raise TinyverseError(f"no episode returns stored under prefix {db.prefix!r}: {fix}")
+    returns, k = np.array([m["return"] for m in episodes]), min(20, len(episodes))
+    idle = f"active wall time (min; pauses over {IDLE / 60:g} min left out)"
+    curves = {"env steps": [m["steps"] for m in episodes]}
+    curves[idle] = active_minutes([m["time"] for m in episodes])
+    fig = Figure(figsize=(15, 4), layout="tight")
+    axes = fig.subplots(1, 3)
+    for ax, (label, x) in zip(axes, curves.items(), strict=False):
+        ax.plot(x, returns, ".", alpha=0.3, label="episode")
+        smooth = np.convolve(returns, np.ones(k) / k, mode="valid")
+        ax.plot(x[k - 1 :], smooth, label=f"mean of {k}")
+        ax.set(xlabel=label, ylabel="return")
+        ax.legend()
+    losses = loss_series(db.metrics("train"))
+    title = "" if losses else "no trainer loss stored"
+    axes[2].set(xlabel="updates of the run (all trainers)", ylabel="loss", title=title)
+    if losses:
+        axes[2].plot(*zip(*losses, strict=True), ".-")
+        axes[2].set_yscale("log" if min(v for _, v in losses) > 0 else "linear")
+    fig.suptitle(f"{db.prefix}: {len(returns)} episodes")
+    try:
+        fig.savefig(args.output, dpi=80)
+    except OSError as e:  # the folder went, or filled up, since -o was checked
+        raise TinyverseError(f"cannot write {args.output} ({e}): pick another -o") from None
+    print(f"wrote {args.output}")
