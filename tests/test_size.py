@@ -10,9 +10,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "tinyverse"
 IDEA = ["experiment", "options", "player", "trainer", "params", "pace", "database/base", "encoding"]
 # ceilings that only come down, but for a feature's own lines (said in its commit): tinyverse/ 2532 -> 2700 for
 # readability (issue 51's decision) and -> 3430 for checking everything tinyverse reads (issue 50: the CLI's flags
-# and URLs, every hook's return and the declared settings, every database record, identity tokens for clear); the
-# idea path 900 -> 1000 (issue 51)
-TOTAL, IDEA_TOTAL, MODULE, FUNCTION = 3430, 1000, 200, 50
+# and URLs, every hook's return and the declared settings, every database record, identity tokens for clear), ->
+# 3690 for epsilon-greedy and schedules in the package (tinyverse/explore.py, 89) and numbers, plots and the
+# bottleneck a user can read (issue 52: readable.py, ops/bottleneck.py, ops/plot.py, 167); the idea path 900 -> 1000
+# (issue 51)
+TOTAL, IDEA_TOTAL, MODULE, FUNCTION = 3690, 1000, 200, 50
 LONGER: dict[str, int] = {}  # no module is exempt any more
 
 
