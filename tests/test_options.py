@@ -148,7 +148,7 @@ BASE_AND_SUB = """
 
 
 def test_describe_reads_the_docstrings_of_the_options_bases_too(tmp_path):
-    """An Args that extends another (examples/racing.py extends atari.py's) lists every field with its help."""
+    """An Args that extends another (as an experiment may extend another's) lists every field with its help."""
     path = tmp_path / "sub.py"
     path.write_text(textwrap.dedent(BASE_AND_SUB))
     lines = describe(import_file(str(path)).make_experiment, {"hidden": 32, "lr": 0.2})
