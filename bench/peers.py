@@ -21,7 +21,7 @@ runs for SB3 and tinyverse too (``--eval-episodes 10`` there for the same bar as
   wrapped in ``judge.EpisodeLog``, which appends every game's raw score and the environment's agent
   steps to a file; this script reads it every 10 s and stops the run (SIGINT to its process group, then
   SIGKILL) at a last-50 mean of 0 or after ``--minutes``. Agent steps at a game's end are the sum over
-  environments of each one's count (exact at its own lines, every 2,000 of its steps, linear between).
+  environments of each one's count (exact at its own lines, every 250 of its steps, linear between).
 - CartPole: every ``--eval-every-s`` seconds of training clock, 10 greedy episodes (``--eval-episodes``)
   on the episode seeds ``bench/cartpole.py`` uses; solved at a mean of 475. Evaluation is off the clock:
   RLlib evaluates in its driver between training iterations (nothing trains then, as SB3 in its
@@ -37,6 +37,7 @@ runs for SB3 and tinyverse too (``--eval-episodes 10`` there for the same bar as
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -162,7 +163,7 @@ def run_pong(peer: str, config: str, minutes: float, seed: int, workdir: Path) -
 def error_lines(log: Path, n: int = 3) -> list[str]:
     """The last lines of a log that name an error (else its last lines): what a failed peer said."""
     lines = [x.strip() for x in log.read_text(errors="replace").splitlines() if x.strip()]
-    named = [x for x in lines if "Error" in x or "error" in x or "Exception" in x]
+    named = [x for x in lines if re.search(r"\w(Error|Exception)\b", x) or x.startswith("error")]
     return (named or lines)[-n:]
 
 
@@ -214,7 +215,8 @@ def cartpole_sample_factory(config: str, seed: int, budget_s: float, every: floa
         failed = proc.poll()
         stop(proc)
         if judge is not None:
-            stop(judge, grace=0)
+            judge.stdin.close()  # its loop over stdin ends: it exits by itself
+            stop(judge, grace=10)
     return outcome(evals, failed, workdir / "log.txt")
 
 
@@ -232,8 +234,11 @@ def cartpole_rllib(config: str, seed: int, budget_s: float, every: float, n: int
             evals.append((round(row["t"] - start - row["paused"], 2), row["steps"], row["eval"]))
             print(f"  rllib {config} seed {seed}: {evals[-1][0]:6.1f}s {row['steps']:7d} steps  "
                   f"eval {row['eval']:5.1f}", flush=True)  # fmt: skip
+        proc.wait(120)  # its output ended: it solved, ran out of budget or failed
+    except subprocess.TimeoutExpired:
+        pass
     finally:
-        failed = proc.poll() if proc.poll() is not None else proc.wait(120)
+        failed = proc.poll()
         stop(proc)
     return outcome(evals, failed, workdir / "log.txt")
 
@@ -251,10 +256,7 @@ def outcome(evals: list[tuple], failed: int | None, log: Path) -> dict:
 def report(rows: list[dict]) -> None:
     """Pong's tables are atari_learn's (any of its rows too); CartPole's: seconds and agent steps to solve."""
     if any(r.get("kind") == "summary" for r in rows):
-        atari_learn.report(rows)
-        for r in rows:
-            if r.get("kind") == "summary" and r.get("steps_per_s"):
-                print(f"{r['system']} {r.get('label', '')}: {r['steps_per_s']} agent steps/s after the first minute")
+        atari_learn.report(rows)  # its lines name steps_per_s: agent steps a second after the first minute
     runs = [r for r in rows if r.get("kind") == "cartpole"]
     if runs:
         print(f"\nCartPole-v1, first greedy eval >= {SOLVED:g} (off the clock)")

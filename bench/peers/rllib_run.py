@@ -80,21 +80,24 @@ def scale_down(c):
     return c.learners(num_learners=0, num_aggregator_actors_per_learner=0)
 
 
-def greedy(algo):
-    """``act(obs) -> action`` with the learner's newest params: the module's logits, argmax."""
-    import torch
+def greedy_eval(algo, seed: int, episodes: int) -> float:
+    """The judge's greedy eval with the learner's newest params (its module's logits, argmax), played where
+    the learner lives: in this process (tuned), or in its actor (the defaults' remote learner)."""
 
-    module = algo.learner_group._learner.module["default_policy"] if algo.learner_group.is_local else None
-    if module is None:  # a remote learner: a copy of its module, its weights fetched
-        module = algo.config.get_rl_module_spec(env=algo.env_runner.env if algo.env_runner else None).build()
-        module.set_state(algo.learner_group.get_weights()["default_policy"])
+    def play(learner) -> float:
+        import torch
 
-    @torch.no_grad()
-    def act(obs):
-        out = module.forward_inference({"obs": torch.as_tensor(obs[None], dtype=torch.float32)})
-        return int(out["action_dist_inputs"].argmax())
+        module = learner.module["default_policy"]
 
-    return act
+        @torch.no_grad()
+        def act(obs):
+            out = module.forward_inference({"obs": torch.as_tensor(obs[None], dtype=torch.float32)})
+            return int(out["action_dist_inputs"].argmax())
+
+        return evaluate(act, seed, episodes)
+
+    results = algo.learner_group.foreach_learner(play)  # a list (local), or RemoteCallResults of CallResults
+    return results[0] if isinstance(results, list) else next(iter(results)).get()
 
 
 def train(game: str, config: str, seed: int, minutes: float, budget_s: float, eval_every_s: float, episodes: int):
@@ -106,14 +109,18 @@ def train(game: str, config: str, seed: int, minutes: float, budget_s: float, ev
     c, cpus = configure(game, config, seed)
     ray.init(num_cpus=cpus, include_dashboard=False, object_store_memory=10**9, log_to_driver=False)
     algo = c.build_algo()
-    start, paused, next_eval = time.time(), 0.0, eval_every_s
+    start, paused, next_eval, shown = time.time(), 0.0, eval_every_s, time.time()
     try:
         while time.time() - start - paused < (budget_s if game == "cartpole" else minutes * 60):
             result = algo.train()
+            if time.time() - shown >= 60:  # its own count in the log, beside the judge's (EpisodeLog)
+                steps = int(result.get("env_runners", {}).get("num_env_steps_sampled_lifetime", 0))
+                print(f"{time.time() - start:.0f} s: {steps} agent steps sampled", file=sys.stderr, flush=True)
+                shown = time.time()
             if game == "cartpole" and time.time() - start - paused >= next_eval:
                 stop = time.time()
-                mean = evaluate(greedy(algo), seed, episodes)
-                steps = result.get("num_env_steps_sampled_lifetime")
+                mean = greedy_eval(algo, seed, episodes)
+                steps = int(result.get("env_runners", {}).get("num_env_steps_sampled_lifetime", 0))
                 print(json.dumps({"t": stop, "paused": paused, "eval": mean, "steps": steps}), flush=True)
                 paused += time.time() - stop
                 next_eval = time.time() - start - paused + eval_every_s
