@@ -191,7 +191,7 @@ def cartpole_sample_factory(config: str, seed: int, budget_s: float, every: floa
     with open(workdir / "log.txt", "w") as out:
         proc = spawn("sample-factory", ["cartpole", "--config", config, "--seed", str(seed)], workdir, stdout=out,
                      stderr=subprocess.STDOUT)  # fmt: skip
-    clock, judge, evals = Paused(proc, time.time()), None, []
+    clock, judge, evals, failed = Paused(proc, time.time()), None, [], None
     try:
         while proc.poll() is None and clock.clock(time.time()) < budget_s:
             time.sleep(max(0.0, every - clock.clock(time.time()) % every))
@@ -201,9 +201,10 @@ def cartpole_sample_factory(config: str, seed: int, budget_s: float, every: floa
                 if judge is None:  # an evaluator in Sample Factory's venv, started once, off the clock
                     judge = spawn("sample-factory", ["evaluate"], workdir, stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True)  # fmt: skip
-                judge.stdin.write(f"{seed} {n}\n")
-                judge.stdin.flush()
-                answer = json.loads(judge.stdout.readline() or '{"mean": null}')
+                answer = ask(judge, f"{seed} {n}")
+            if answer is None:
+                failed = "the evaluator exited (its traceback is above)"
+                break
             if answer["mean"] is None:
                 continue
             evals.append((round(clock.clock(answer["saved"]), 2), answer["steps"], answer["mean"]))
@@ -212,12 +213,23 @@ def cartpole_sample_factory(config: str, seed: int, budget_s: float, every: floa
             if answer["mean"] >= SOLVED:
                 break
     finally:
-        failed = proc.poll()
+        failed = failed or proc.poll()
         stop(proc)
         if judge is not None:
-            judge.stdin.close()  # its loop over stdin ends: it exits by itself
+            if judge.poll() is None:
+                judge.stdin.close()  # its loop over stdin ends: it exits by itself
             stop(judge, grace=10)
     return outcome(evals, failed, workdir / "log.txt")
+
+
+def ask(judge: subprocess.Popen, request: str) -> dict | None:
+    """The evaluator's answer to one request, None if it has exited."""
+    try:
+        judge.stdin.write(request + "\n")
+        judge.stdin.flush()
+        return json.loads(judge.stdout.readline())
+    except (BrokenPipeError, json.JSONDecodeError):
+        return None
 
 
 def cartpole_rllib(config: str, seed: int, budget_s: float, every: float, n: int, workdir: Path) -> dict:
@@ -249,7 +261,7 @@ def outcome(evals: list[tuple], failed: int | None, log: Path) -> dict:
     row = {"seconds": solved[0], "steps": solved[1]} if solved else {"seconds": None, "steps": None}
     row["evals"] = evals
     if failed and not solved:
-        row["error"] = f"exit {failed}: " + " | ".join(error_lines(log))
+        row["error"] = failed if isinstance(failed, str) else f"exit {failed}: " + " | ".join(error_lines(log))
     return row
 
 
@@ -257,6 +269,9 @@ def report(rows: list[dict]) -> None:
     """Pong's tables are atari_learn's (any of its rows too); CartPole's: seconds and agent steps to solve."""
     if any(r.get("kind") == "summary" for r in rows):
         atari_learn.report(rows)  # its lines name steps_per_s: agent steps a second after the first minute
+        for r in rows:  # a run without games has no such line
+            if r.get("kind") == "summary" and not r.get("steps") and r.get("steps_per_s"):
+                print(f"{r['system']} {r.get('label', '')}: no game finished; steps_per_s {r['steps_per_s']}")
     runs = [r for r in rows if r.get("kind") == "cartpole"]
     if runs:
         print(f"\nCartPole-v1, first greedy eval >= {SOLVED:g} (off the clock)")

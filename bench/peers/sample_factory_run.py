@@ -122,11 +122,14 @@ def serve_evals(workdir: str) -> None:
 
     for line in sys.stdin:
         seed, episodes = map(int, line.split())
-        found = Learner.get_checkpoints(Learner.checkpoint_dir(cfg, 0), "checkpoint_*")
+        # *.pth: not the checkpoint_temp a save writes before its rename (the pause may catch one half written)
+        found = Learner.get_checkpoints(Learner.checkpoint_dir(cfg, 0), "checkpoint_*.pth")
         if not found:
             print(json.dumps({"mean": None}), flush=True)
             continue
-        checkpoint = Learner.load_checkpoint(found, "cpu")
+        # not Learner.load_checkpoint: torch >= 2.6 loads weights only by default, and Sample Factory 2.1.1's
+        # checkpoints hold more (it failed on some of them here); these files are the run's own
+        checkpoint = torch.load(found[-1], map_location="cpu", weights_only=False)
         model.load_state_dict(checkpoint["model"])
         mean = evaluate(act, seed, episodes, reset=reset)
         answer = {"mean": mean, "steps": int(checkpoint["env_steps"]), "saved": Path(found[-1]).stat().st_mtime}
