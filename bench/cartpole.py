@@ -18,7 +18,8 @@ or when its training clock passes ``--budget-s``. Runs go one at a time, never s
   The clock starts at the spawn: start-up (importing torch in two processes) counts against it.
 
 Evaluation cost: both are evaluated every ``--eval-every-s`` seconds of their training clock, on
-the same 20 episode seeds, with the same greedy loop in this process. Evaluation time is NOT
+the same 20 episode seeds (``--eval-episodes``), with the same greedy loop in this process
+(``bench/peers/judge.py``'s, which ``bench/peers.py`` plays for Sample Factory and RLlib). Evaluation time is NOT
 counted on either clock: SB3 is paused by construction (its eval runs inside a callback), and the
 tinyverse player and trainer are paused with SIGSTOP while this process loads the latest params
 from the database and plays (SIGCONT after). A solve time is the training clock when the params
@@ -59,9 +60,12 @@ from tinyverse import sync_params  # noqa: E402
 from tinyverse.database import connect  # noqa: E402
 from tinyverse.loader import load_experiment  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench" / "peers"))
+import judge  # noqa: E402  (the greedy eval, the same code for bench/peers.py's Sample Factory and RLlib)
+
 torch.set_num_threads(1)  # torch's default thread count made a DQN run 4x slower with several processes on 2 cores
 EXAMPLE = ROOT / "examples" / "cartpole_dqn.py"
-SOLVED, EPISODES = 475.0, 20
+SOLVED, EPISODES = judge.SOLVED, 20
 ZOO = dict(  # rl-baselines3-zoo hyperparams/dqn.yml, CartPole-v1 (n_timesteps 5e4)
     learning_rate=2.3e-3,
     batch_size=64,
@@ -78,18 +82,8 @@ ZOO = dict(  # rl-baselines3-zoo hyperparams/dqn.yml, CartPole-v1 (n_timesteps 5
 
 
 def evaluate(act, seed: int) -> float:
-    """Mean return of EPISODES greedy episodes; ``act(obs) -> action``."""
-    env, returns = gym.make("CartPole-v1"), []
-    for ep in range(EPISODES):
-        obs, _ = env.reset(seed=10_000 * (seed + 1) + ep)
-        total, done = 0.0, False
-        while not done:
-            obs, reward, terminated, truncated, _ = env.step(act(obs))
-            total += reward
-            done = terminated or truncated
-        returns.append(total)
-    env.close()
-    return float(np.mean(returns))
+    """Mean return of EPISODES greedy episodes (``--eval-episodes``); ``act(obs) -> action``."""
+    return judge.evaluate(act, seed, EPISODES)
 
 
 def greedy(exp):
@@ -276,6 +270,7 @@ def lockstep(
 
 
 def main(argv: list[str] | None = None) -> int:
+    global EPISODES
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds or spans (default 0,1,2; 0-19)")
     parser.add_argument("--budget-s", type=float, default=180.0, help="training seconds per run (default 180)")
@@ -285,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--set", dest="options", metavar="NAME=VALUE", action="append", default=[], help="an option of the example"
     )
+    parser.add_argument("--eval-episodes", type=int, default=EPISODES, help="greedy episodes an eval (default 20)")
     parser.add_argument("--only", choices=["sb3", "tinyverse"], help="run one system alone (no ratio)")
     parser.add_argument("--lockstep", action="store_true", help="env steps to solve, in one process, no clock")
     parser.add_argument("--eval-every-steps", type=int, default=3000, help="--lockstep: env steps between evals")
@@ -293,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--save-every", type=int, help="--lockstep: updates between params handed to the player")
     parser.add_argument("--stay-steps", type=int, default=0, help="--lockstep: env steps to go on after solving")
     args = parser.parse_args(argv)
+    EPISODES = args.eval_episodes  # bench/peers.py's CartPole evals take 10 by default: pass 10 to compare
     seeds = [int(x) for part in args.seeds.split(",") for x in _span(part)]
     if args.lockstep:
         return lockstep(
