@@ -15,8 +15,9 @@ from fake_experiment import FakeExperiment
 
 from tinyverse import checks, declared
 from tinyverse.database import connect
-from tinyverse.errors import Every, ExperimentError
+from tinyverse.errors import ExperimentError
 from tinyverse.evaluation import evaluate
+from tinyverse.every import Every
 from tinyverse.loader import load_experiment
 from tinyverse.player import play
 from tinyverse.trainer import train
@@ -362,7 +363,7 @@ def test_an_observation_space_tinyverse_cannot_record_is_refused_before_the_firs
 def test_sigterm_stops_a_player_between_its_environments(tmp_path):
     url = f"sqlite:///{tmp_path / 'run.db'}"
     db = connect(url, "fake_experiment")
-    player = spawn(FAKE, "play", "-b", "20000", "--db", url, cwd=tmp_path)  # some seconds of gym.make
+    player = spawn(FAKE, "play", "-b", "10000", "--db", url, cwd=tmp_path)  # some seconds of gym.make
     wait_for(lambda: db.workers() or not player.alive(), 60, "the player to register")  # then it makes envs
     start = time.monotonic()
     assert player.stop(timeout=10, sig=signal.SIGTERM) == 0, player.stderr()

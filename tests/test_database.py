@@ -736,7 +736,7 @@ class TestParams:
         with pytest.raises(RecordError) as info:
             db.load_params()
         message = str(info.value)
-        assert "stored params" in message and db.prefix in message and "clear --del-weights" in message
+        assert "stored params" in message and db.prefix in message and "clear --del-params" in message
         assert "corrupt or foreign record" in message and "\n" not in message
         assert db.params_version() == 2  # the version is still readable: info can show it
         assert db.save_params(params_of(3)) == 3  # and a new publish replaces the damage
@@ -1392,7 +1392,7 @@ class TestJunk:
         for use in uses:  # a save reads the version only: it replaces a junk time
             with pytest.raises(DatabaseError) as info:
                 use()
-            one_line(info.value, f"the stored params of {db.prefix}' {field}", "clear --del-weights")
+            one_line(info.value, f"the stored params of {db.prefix}' {field}", "clear --del-params")
         db.clear(params=True)
         assert db.params_version() is None and db.save_params(params_of(2)) == 1
 

@@ -216,7 +216,7 @@ def test_plot_writes_a_png(tmp_path):
 def test_info_text_of_an_empty_namespace(db):
     head, *rest = info_text(db).splitlines()
     assert head == f"[{db.prefix}] {db.url}"
-    assert rest == ["  empty: start a player with python -m tinyverse EXPERIMENT.py play"]  # not from a CLI
+    assert rest == [f"  empty: start a player with python -m tinyverse EXPERIMENT.py play --prefix {db.prefix}"]
     db.add_metrics("train", [{"time": time.time(), "updates": 1}])  # metrics alone: still nothing to show
     assert info_text(db).splitlines()[1:] == rest
     db.add_sessions([{"x": np.zeros(2)}], capacity=10)

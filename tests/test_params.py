@@ -29,7 +29,7 @@ def mismatch(got: dict) -> str:
         check_params(EXPECTED, got, "sqlite:///x.db prefix p")
     message = str(info.value)
     assert "sqlite:///x.db prefix p" in message
-    assert "--prefix" in message and "clear --del-weights" in message, "the message says what to do"
+    assert "--prefix" in message and "clear --del-params" in message, "the message says what to do"
     assert "\n" not in message
     return message
 
@@ -79,7 +79,7 @@ def test_params_of_another_shape_raise_params_mismatch(db, loop):
             evaluate(exp, db, episodes=1)
     message = str(e.value)
     assert "w: stored float32[5, 2], model wants float32[4, 2]" in message
-    assert "--prefix" in message and "--del-weights" in message
+    assert "--prefix" in message and "--del-params" in message
     assert "\n" not in message
     # nothing stored is touched
     assert db.params_version() == version

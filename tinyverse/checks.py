@@ -11,7 +11,8 @@ import traceback
 import gymnasium as gym
 import numpy as np
 
-from .errors import Every, ExperimentError, TinyverseError
+from .errors import ExperimentError, TinyverseError
+from .every import Every
 
 log = logging.getLogger(__name__)
 LIBRARIES = {sysconfig.get_path(k) for k in ("stdlib", "purelib", "platlib")}

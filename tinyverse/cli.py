@@ -8,9 +8,9 @@ import sys
 from itertools import pairwise
 from pathlib import Path
 
-from . import __version__, errors
-from .database import connect, url_from
-from .errors import TinyverseError, masked
+from . import __version__
+from .database import TOOL_WAIT, connect, url_from
+from .errors import TinyverseError, masked, typed
 from .evaluation import evaluate
 from .flags import FLAGS, within
 from .loader import load_experiment, parse_set
@@ -21,16 +21,21 @@ from .trainer import train
 
 def mode_play(args):
     """Play B environments and record sessions into the database (runs until stopped)."""
-    exp = load_experiment(args.experiment, db := _db(args), args.options)
-    play(exp, db, args.batch_size or exp.play_batch_size, args.rounds, args.sync_every, args.seed)
+    db = connect(args.url, args.prefix, capacity=args.buffer_size)
+    exp = load_experiment(args.experiment, db, args.options)
+    batch_size = args.batch_size or exp.play_batch_size
+    play(exp, db, batch_size, args.rounds, args.sync_every, args.seed)
 
 
 def mode_train(args):
     """Train on sessions sampled from the database and publish params (runs until stopped)."""
-    exp = load_experiment(args.experiment, db := _db(args), args.options)
-    events = tensorboard.EventWriter(args.logdir, db) if args.logdir else None  # it flushes at each report
-    b, every = args.batch_size or exp.train_batch_size, args.save_every or exp.save_every
-    train(exp, db, b, args.updates, every, sync=args.sync, on_report=events and events.report)
+    db = connect(args.url, args.prefix, capacity=args.buffer_size)
+    exp = load_experiment(args.experiment, db, args.options)
+    events = tensorboard.EventWriter(args.logdir, db) if args.logdir else None  # flushed each report
+    batch_size = args.batch_size or exp.train_batch_size
+    save_every = args.save_every or exp.save_every
+    on_report = events and events.report
+    train(exp, db, batch_size, args.updates, save_every, sync=args.sync, on_report=on_report)
 
 
 def mode_eval(args):
@@ -40,15 +45,9 @@ def mode_eval(args):
         exp, meta, _ = export.load(args.params, args.experiment, args.options)
         evaluate(exp, None, args.episodes, record, args.seed, version=int(meta["version"]))
     else:
-        db = connect(args.url, args.prefix, retry_for=30, create=False)
-        evaluate(load_experiment(args.experiment, db, args.options), db, args.episodes, record, args.seed)
-
-
-def _db(args):
-    db = connect(args.url, args.prefix)
-    if args.buffer_size:
-        db.set_capacity(args.buffer_size)
-    return db
+        db = connect(args.url, args.prefix, TOOL_WAIT, create=False)
+        exp = load_experiment(args.experiment, db, args.options)
+        evaluate(exp, db, args.episodes, record, args.seed)
 
 
 MODES = {"play": mode_play, "train": mode_train, "run": launcher.mode_run, "eval": mode_eval}
@@ -114,9 +113,15 @@ def build_parser(epilog: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def experiment_of(argv: list[str]) -> str | None:
+    """The experiment file of ``python -m tinyverse ARGV``, if it names one (it comes first)."""
+    return argv[0] if argv and argv[0] not in MODES and not argv[0].startswith("-") else None
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
-    """The arguments of ``python -m tinyverse ARGV``, the database URL built from them, ``args.options`` a dict."""
-    experiment = argv[0] if argv and argv[0] not in MODES and not argv[0].startswith("-") else None
+    """The arguments of ``python -m tinyverse ARGV``, the database URL built from them,
+    ``args.options`` a dict."""
+    experiment = experiment_of(argv)
     args = build_parser(monitor.options_help(experiment, argv, parse)).parse_args(argv[1:] if experiment else argv)
     if args.mode in NEEDS_EXPERIMENT and experiment is None:
         raise TinyverseError(f"{args.mode} needs an experiment: python -m tinyverse EXPERIMENT.py {args.mode}")
@@ -124,14 +129,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args.prefix_given = args.prefix is not None  # "" too: refused as a bad prefix, not read as none
     if not args.prefix_given:
         args.prefix = Path(experiment).stem if experiment else "tinyverse"
-    errors.INVOKED.update(experiment=experiment or "EXPERIMENT.py", prefix=args.prefix if args.prefix_given else None)
     args.url = url_from(args.url, args.host, args.port, args.password, args.tls_ca)
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     try:
-        args = parse(sys.argv[1:] if argv is None else argv)
+        args = parse(argv)
         level = logging.WARNING if args.quiet else logging.DEBUG if args.verbose > 1 else logging.INFO
         logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s: %(message)s", datefmt="%H:%M:%S")
         logging.getLogger("matplotlib").setLevel(logging.WARNING)  # not its "generated new fontManager" (plot)
@@ -140,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         MODES[args.mode](args)
         return 0
     except TinyverseError as e:
-        print(f"tinyverse: error: {e}", file=sys.stderr)
+        print(f"tinyverse: error: {typed(str(e), experiment_of(argv))}", file=sys.stderr)
     except KeyboardInterrupt:
         print("tinyverse: interrupted", file=sys.stderr)
         return 130

@@ -9,7 +9,9 @@ import numpy as np
 
 from . import checks
 from .database import Database
+from .errors import install
 from .experiment import Experiment
+from .files import written_whole
 from .params import sync_params
 
 log = logging.getLogger(__name__)
@@ -20,15 +22,11 @@ def write_video(path: Path, frames: list[np.ndarray], fps: int = 30) -> bool:
     try:
         import imageio.v2 as imageio
     except ImportError:
-        log.warning("no video: pip install 'tinyverse[video]' (imageio and imageio-ffmpeg)")
+        log.warning("no video: %s (imageio and imageio-ffmpeg)", install("imageio"))
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
-    part = path.with_name(f".{path.stem}.part{path.suffix}")
-    try:
+    with written_whole(path) as part:
         imageio.mimwrite(part, frames, fps=fps, codec="libx264", macro_block_size=1)
-        part.replace(path)
-    finally:
-        part.unlink(missing_ok=True)
     return True
 
 

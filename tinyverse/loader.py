@@ -12,14 +12,11 @@ import typing
 from pathlib import Path
 
 from . import declared
-from .errors import ExperimentError
+from .errors import ExperimentError, install
 from .experiment import Experiment
 from .options import resolve
 
 log = logging.getLogger(__name__)
-# the extra of tinyverse that installs a package an experiment may import
-EXTRAS = {"torch": "examples", "ale_py": "atari", "Box2D": "box2d", "vizdoom": "doom", "safetensors": "export"}
-EXTRAS |= {"matplotlib": "plot", "imageio": "video"}
 BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 
@@ -64,9 +61,7 @@ def import_file(path: str):
     except SyntaxError as e:
         problem = f"{path}:{e.lineno}: syntax error: {e.msg}"
     except ImportError as e:
-        package = (e.name or "it").split(".")[0]
-        hint = f"'tinyverse[{EXTRAS[package]}]'" if package in EXTRAS else package
-        problem = f"{path} needs {e.name or e}: install it (pip install {hint})"
+        problem = f"{path} needs {e.name or e}: install it ({install((e.name or 'it').split('.')[0])})"
     except Exception as e:
         log.debug("import of %s failed", path, exc_info=True)
         problem = f"{path} failed to import: {type(e).__name__}: {e}"

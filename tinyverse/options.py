@@ -14,8 +14,10 @@ log = logging.getLogger(__name__)
 def resolve(kind: type, path: str, db: Database | None, chosen: dict):
     """``(args, the file's defaults)``: ``chosen`` (typed) over the options stored in ``db`` over the defaults."""
     fields = {f.name: f for f in dataclasses.fields(kind)}
-    stored, began = ({}, {}) if db is None else (db.setting("options") or {}, db.setting("defaults") or {})
-    afresh = f"use another --prefix, or start afresh with {command('clear --all')}"
+    stored = {} if db is None else db.setting("options") or {}
+    began = {} if db is None else db.setting("defaults") or {}  # the file's defaults at the start
+    prefix = None if db is None else db.prefix
+    afresh = f"use another --prefix, or start afresh with {command('clear --all', prefix)}"
     if unknown := [key for key in stored if key not in fields]:
         raise ExperimentError(f"{path} has no option {unknown[0]!r}, stored in prefix {db.prefix}: {afresh}")
     if wrong := [w for key, value in stored.items() if (w := _mistyped(kind, key, value))]:

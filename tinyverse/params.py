@@ -18,15 +18,22 @@ log = logging.getLogger(__name__)
 def check_params(expected: Arrays, got: Arrays, where: str, fix: str | None = None) -> None:
     """Raise ParamsMismatch naming every array whose name, shape or dtype differs, and ``fix``."""
     if problems := differences(layout(expected), layout(got), "model wants"):
-        fix = fix or f"use another --prefix, or delete them with: {command('clear --del-weights')}"
-        raise ParamsMismatch(f"params in {where} do not fit this experiment ({'; '.join(problems)}); {fix}")
+        fix = fix or f"use another --prefix, or delete them with: {command('clear --del-params')}"
+        found = "; ".join(problems)
+        raise ParamsMismatch(f"params in {where} do not fit this experiment ({found}); {fix}")
+
+
+def _check_stored(expected: Arrays, stored: Arrays, db) -> None:
+    """:func:`check_params` of the params stored in ``db``, the fix naming its prefix."""
+    fix = f"use another --prefix, or delete them with: {command('clear --del-params', db.prefix)}"
+    check_params(expected, stored, f"database {db.url} (prefix {db.prefix})", fix)
 
 
 def _load(exp, db) -> int | None:
     """Load the stored params into ``exp``; their version, or None when none are stored."""
     if (found := db.load_params()) is None:
         return None
-    check_params(checks.get_params(exp), found[1], f"database {db.url} (prefix {db.prefix})")
+    _check_stored(checks.get_params(exp), found[1], db)
     checks.call("set_params", exp.set_params, found[1])
     return found[0]
 
@@ -87,7 +94,7 @@ class Publisher:
             version, stored = self.version, self.stored
             if self.db.params_version() != version:  # another trainer pushed, or params were deleted: ours go afresh
                 version, stored = self.db.load_params() or (0, self.base)
-                check_params(local, stored, f"database {self.db.url} (prefix {self.db.prefix})")
+                _check_stored(local, stored, self.db)
             merged = self._merge(stored, local)
             if (saved := self.db.save_params(merged, self.version + 1, expect=version)) is not None:
                 break

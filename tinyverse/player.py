@@ -9,7 +9,7 @@ import numpy as np
 
 from . import checks, declared
 from .database import Database
-from .errors import Every
+from .every import Every
 from .experiment import Experiment
 from .options import store
 from .pace import Pace

@@ -7,7 +7,8 @@ import time
 
 from . import checks, declared
 from .database import Database
-from .errors import Every, command
+from .errors import command
+from .every import Every
 from .experiment import Experiment
 from .options import store
 from .pace import Pace
@@ -61,7 +62,7 @@ class Trainer:
     def starved(self) -> str | None:
         """What the next update waits for, or None when its batch is here."""
         if self.batch is None and (stored := self.db.count_sessions().stored) < (b := self.prefetch.batch_size):
-            return f"for sessions: {stored} of {b} stored; start a player: {command('play')}"
+            return f"for sessions: {stored} of {b} stored; start a player: {command('play', self.db.prefix)}"
         self.batch = self.prefetch.get()
         return None if self.batch is not None else "for a batch (sampling is slow, or skips corrupt or foreign records)"
 

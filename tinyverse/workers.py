@@ -6,15 +6,18 @@ import logging
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import psutil
 
 from . import identity
-from .errors import Every
+from .every import Every
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +115,15 @@ class Worker(StopFlag):
         finally:
             if self.token is not None:
                 self.token.unlink(missing_ok=True)
+
+
+def spawn(argv: list[str], env: dict[str, str], logfile: Path) -> subprocess.Popen:
+    """Start the worker ``python -m tinyverse ARGV``, its output into ``logfile``, in a session of
+    its own (a terminal's Ctrl-C reaches only the ``run`` that started it)."""
+    with open(logfile, "ab") as out:
+        io = dict(stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        argv = [sys.executable, "-m", "tinyverse", *argv]
+        return subprocess.Popen(argv, env=env, start_new_session=True, **io)
 
 
 def digest(p: psutil.Process) -> str:

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..encoding import check_layout
-from ..errors import INVOKED, DatabaseError, Every, command, masked
+from ..errors import DatabaseError, command, masked
+from ..every import Every
 
 log = logging.getLogger(__name__)
 PREFIX_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # a prefix names tables and keys
@@ -91,14 +92,13 @@ class Backend:
 
     @property
     def junk(self) -> str:
-        """How to get rid of what tinyverse did not write under this prefix, the prefix named."""
-        named = "" if INVOKED["prefix"] else f" --prefix {self.prefix}"
-        return f"delete it with {command('clear --all' + named)}, or use another --prefix"
+        """How to get rid of what tinyverse did not write under this prefix."""
+        return f"delete it with {command('clear --all', self.prefix)}, or use another --prefix"
 
     def _saved(self, version: Any, time: Any = 0) -> tuple[int, float]:
         """A params version (0: none stored) and save time as read back; one line if junk."""
         what = f"the stored params of {self.prefix}"
-        fix = f"delete them with {command('clear --del-weights')}"
+        fix = f"delete them with {command('clear --del-params', self.prefix)}"
         version = number(version, int, f"{what}' version", fix)
         return version, number(time, float, f"{what}' time", fix)
 

@@ -42,7 +42,7 @@ class Database(Fleet):
         if self.layout != (mine := layout(sessions[0])):
             if (stored := self.claim("layout", mine)) not in (mine, None):  # None: cleared since the claim
                 found = "; ".join(differences(mine, stored, "this experiment records")) or "another order"
-                fix = f"use another --prefix, or delete them with {command('clear --del-sessions')}"
+                fix = f"use another --prefix, or delete them with {command('clear --del-sessions', self.prefix)}"
                 raise TinyverseError(f"prefix {self.prefix} holds sessions of another layout ({found}): {fix}")
             self.layout = mine
         size = sum(np.asarray(a).nbytes for a in sessions[0].values())
@@ -80,7 +80,7 @@ class Database(Fleet):
         if len(kept) + len(errors) < len(rows):
             self.layout = None  # cleared and refilled with other sessions? the next batch reads the layout again
             if self.warn("layout"):
-                fix = f"delete them with {command('clear --del-sessions')}, or use another --prefix"
+                fix = f"delete them with {command('clear --del-sessions', self.prefix)}, or use another --prefix"
                 log.warning("skipped sessions of another layout in %s: %s", self.prefix, fix)
         if batch:
             batch["id"] = np.array([rows[j][0] for j in kept], np.int64)
@@ -147,7 +147,7 @@ class Database(Fleet):
         try:
             return found[0], decode(found[2])
         except RecordError as e:
-            fix = f"delete them with {command('clear --del-weights')} (a trainer then starts from a random init)"
+            fix = f"delete them with {command('clear --del-params', self.prefix)} (a trainer then starts from a random init)"
             raise RecordError(f"the stored params of {self.prefix} are {e}; {fix}") from None
 
     def params_version(self) -> int | None:

@@ -100,7 +100,7 @@ class Fleet(Backend):
         texts = self._call(self._metrics, kind, int(last)) if last > 0 else []  # LRANGE -0 -1: all
         schema = METRICS.get(kind, Schema({}, {}))
         found = [m for m in (parsed(t, schema) for t in texts) if m is not None]
-        self._skipped(len(texts) - len(found), f"{kind} metrics", command("clear --del-metrics"))
+        self._skipped(len(texts) - len(found), f"{kind} metrics", command("clear --del-metrics", self.prefix))
         return found
 
     def recent_returns(self, last: int = 20, since: float = 0.0) -> list[float]:

@@ -1,16 +1,16 @@
 """``export``, ``import``, ``eval --params``: a trained agent as a safetensors file (arrays and a JSON header)."""
 
 import json
-import os
 import re
 from pathlib import Path
 
 import numpy as np
 
 from .. import __version__
-from ..database import connect, masked
-from ..errors import TinyverseError, command
+from ..database import TOOL_WAIT, connect, masked
+from ..errors import TinyverseError, command, install
 from ..experiment import Experiment
+from ..files import written_whole
 from ..loader import load_experiment
 from ..params import check_params
 
@@ -20,31 +20,28 @@ MAX_VERSION = 2**62  # a stored version; SQLite's integers end at 2^63-1
 
 def mode_export(args):
     """Write the latest params, with the run's options, to a safetensors file (loads without tinyverse)."""
-    db = connect(args.url, args.prefix, retry_for=30, create=False)
+    db = connect(args.url, args.prefix, TOOL_WAIT, create=False)
     if (found := db.load_params()) is None:
         raise TinyverseError(f"no params in prefix {db.prefix} of {db.url} to export: train first, or check --prefix")
     (version, params), name = found, Path(args.experiment).stem
     meta = {"format": FORMAT, "tinyverse": __version__, "experiment": name, "version": str(version)}
     meta |= {"options": json.dumps(db.setting("options")), "prefix": db.prefix}
     path = Path(args.output or f"{name}.safetensors")
-    part = path.with_name(f".{path.name}.part")  # the file appears whole or not at all
     st = _safetensors()
     arrays = {k: np.require(v, requirements="C") for k, v in params.items()}  # 0-d stays 0-d
     try:
-        st.numpy.save_file(arrays, part, metadata=meta)
-        os.replace(part, path)
+        with written_whole(path) as part:
+            st.numpy.save_file(arrays, part, metadata=meta)
     except (ValueError, TypeError) as e:  # a dtype safetensors does not know, such as complex
         raise TinyverseError(f"cannot write params as safetensors ({e})") from None
     except (OSError, st.SafetensorError) as e:  # a folder, no folder, no permission, a full disk
         raise TinyverseError(f"cannot write {path} ({e}): pick another -o") from None
-    finally:
-        part.unlink(missing_ok=True)
     print(f"wrote {path}: params version {version} of prefix {db.prefix}")
 
 
 def mode_import(args):
     """Seed the namespace with the params and options of a file written by export (a warm start, or a move)."""
-    db = connect(args.url, args.prefix, retry_for=30)
+    db = connect(args.url, args.prefix, TOOL_WAIT)
     exp, meta, params = load(args.file, args.experiment, args.options)
     stored, options = db.setting("options"), exp.options  # the experiment took the file: its options and shapes fit
     if stored is not None and options is not None and stored != options:
@@ -54,7 +51,7 @@ def mode_import(args):
             f"{key}={stored.get(key)!r}: import into another --prefix"
         )
     if (held := db.params_version()) is not None:
-        fix = f"import into another --prefix, or delete them first with {command('clear --del-weights')}"
+        fix = f"import into another --prefix, or delete them first with {command('clear --del-params', db.prefix)}"
         raise TinyverseError(f"prefix {db.prefix} holds params already (version {held}): {fix}")
     if options is not None:
         db.claim("options", options)
@@ -107,5 +104,5 @@ def _safetensors():
     try:
         import safetensors.numpy
     except ImportError:
-        raise TinyverseError("export and import need safetensors: pip install 'tinyverse[export]'") from None
+        raise TinyverseError(f"export and import need safetensors: {install('safetensors')}") from None
     return safetensors

@@ -3,7 +3,6 @@
 import logging
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -12,11 +11,12 @@ from pathlib import Path
 import numpy as np
 
 from ..database import Database, connect
-from ..errors import Every, TinyverseError
+from ..errors import TinyverseError
 from ..evaluation import evaluate
+from ..every import Every
 from ..loader import load_experiment
 from ..options import store
-from ..workers import PARENT, StopFlag
+from ..workers import PARENT, StopFlag, spawn
 from . import ray
 
 log = logging.getLogger(__name__)
@@ -26,16 +26,17 @@ STOP_TIMEOUT = 30.0  # seconds a worker has to stop warmly before it is killed
 
 def mode_run(args):
     """Start players and trainers on this machine (or a Ray cluster), supervise them, stop them, then eval."""
-    db = connect(args.url, args.prefix)
-    if args.buffer_size:
-        db.set_capacity(args.buffer_size)
+    db = connect(args.url, args.prefix, capacity=args.buffer_size)
     exp = load_experiment(args.experiment, db, args.options)
     store(exp, db)  # the children adopt the run's options
-    # the URL goes to the children in their environment: a password stays out of ps; a SQLite path absolute, for Ray
+    # the URL goes to the children in their environment: a password stays out of ps; a SQLite
+    # path absolute, for Ray
     url = f"sqlite:///{Path(db.path).resolve()}" if args.url.startswith("sqlite:") else args.url
-    env, experiment, spawn = {**os.environ, "TINYVERSE_DB": url, PARENT: str(os.getpid())}, args.experiment, spawn_local
+    env = {**os.environ, "TINYVERSE_DB": url, PARENT: str(os.getpid())}
+    experiment = args.experiment
+    start = spawn
     if args.ray:  # the workers run in the experiment's folder as Ray ships it
-        spawn = ray.join(args.ray, experiment, url, args.players + args.trainers)
+        start = ray.join(args.ray, experiment, url, args.players + args.trainers)
         experiment = Path(experiment).name
     sync = [] if args.sync is None else ["--sync" if args.sync else "--no-sync"]
     train = [experiment, "train", "-b", str(args.train_batch or exp.train_batch_size), *sync]
@@ -47,20 +48,13 @@ def mode_run(args):
             workers.append((f"{role}-{i}", [*argv, "--prefix", args.prefix, "-q"], env | index))
     judge = args.target_eval and (lambda: float(np.mean(evaluate(exp, db, args.target_eval, quiet=True))))
     watch = Watch(db, exp.session_length, args.steps, args.target_return, judge)
-    reason = supervise(workers, spawn, watch, args.max_crashes)
+    reason = supervise(workers, start, watch, args.max_crashes)
     print(f"run stopped: {reason}")
     if args.eval_episodes:
         evaluate(exp, db, args.eval_episodes, None)
     if args.target_return is not None and not watch.reached:  # exit 1: CI sees it did not learn
         target = f"--target-return {args.target_return:g}"
         raise TinyverseError(f"run stopped ({reason}) short of {target}: info shows how far it got")
-
-
-def spawn_local(argv: list[str], env: dict[str, str], logfile: Path) -> subprocess.Popen:
-    """Start ``python -m tinyverse ARGV`` in a session of its own (a terminal's Ctrl-C reaches only run)."""
-    with open(logfile, "ab") as out:
-        io = dict(stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        return subprocess.Popen([sys.executable, "-m", "tinyverse", *argv], env=env, start_new_session=True, **io)
 
 
 def supervise(workers: list[tuple[str, list[str], dict]], spawn, watch: "Watch", max_crashes: int) -> str:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..database import Database, connect, masked
-from ..errors import TinyverseError, command
+from ..database import TOOL_WAIT, Database, connect, masked
+from ..errors import TinyverseError, command, install, typed
 from ..loader import dataclass_of, import_file
 
 
@@ -19,6 +19,7 @@ def mode_info(args):
     listed = "".join(f"\n  option    {line}" for line in option_lines(args)) if args.experiment else ""
     while True:
         text = "\n".join(info_text(db, args.last) for db in namespaces(args)) or f"no experiments in {masked(args.url)}"
+        text = typed(text, args.experiment)  # the commands it names run on the file given
         if not args.watch:
             print(text + listed)
             return
@@ -28,10 +29,10 @@ def mode_info(args):
 
 def namespaces(args) -> list[Database]:
     """The experiment's namespace, or every namespace with data when no experiment or prefix is named."""
-    db = connect(args.url, args.prefix, retry_for=5, create=False)
+    db = connect(args.url, args.prefix, TOOL_WAIT, create=False)
     if args.experiment or args.prefix_given:
         return [db]
-    return [d for d in (connect(args.url, p, retry_for=5) for p in db.namespaces()) if _holds_data(d)]
+    return [d for d in (connect(args.url, p, TOOL_WAIT) for p in db.namespaces()) if _holds_data(d)]
 
 
 def _holds_data(db: Database) -> bool:
@@ -48,7 +49,7 @@ def option_lines(args) -> list[str]:
     if not callable(factory):
         return []
     try:
-        stored = connect(args.url, args.prefix, retry_for=2, create=False).setting("options")
+        stored = connect(args.url, args.prefix, TOOL_WAIT, create=False).setting("options")
     except TinyverseError:  # no database yet: no stored options
         stored = None
     return describe(factory, stored) or ["(none: its make_experiment takes no Args)"]
@@ -104,7 +105,7 @@ def info_text(db: Database, last: int = 100) -> str:
         shown = [f"{k}={v}" for k, v in options.items()]  # quoted if a terminal would obey it
         lines.append("  options   " + ", ".join(s if s.isprintable() else repr(s) for s in shown))
     if not (added or saved or workers):
-        return "\n".join(lines + [f"  empty: start a player with {command('play')}"])
+        return "\n".join(lines + [f"  empty: start a player with {command('play', db.prefix)}"])
     corrupt = f", {n:,} corrupt removed" if (n := db.counter("corrupt")) else ""
     lines.insert(1, f"  sessions  {stored:,} stored of {db.capacity() or 0:,} capacity, {added:,} ever added{corrupt}")
     held = "none" if saved is None else f"version {saved.version}, saved {_age(now - saved.time)} ago"
@@ -151,11 +152,11 @@ def mode_plot(args):
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        raise TinyverseError("plot needs matplotlib: pip install 'tinyverse[plot]'") from None
+        raise TinyverseError(f"plot needs matplotlib: {install('matplotlib')}") from None
     kinds = sorted(Figure().canvas.get_supported_filetypes())  # said before drawing
     if Path(args.output).suffix.lower().removeprefix(".") not in kinds:
         raise TinyverseError(f"plot -o {args.output}: want an image ending .{', .'.join(kinds)}")
-    db = connect(args.url, args.prefix, retry_for=5, create=False)
+    db = connect(args.url, args.prefix, TOOL_WAIT, create=False)
     if not (episodes := db.metrics("episodes")):
         raise TinyverseError(f"no episode returns stored under prefix {db.prefix!r}: play first, or check --prefix")
     returns, k = np.array([m["return"] for m in episodes]), min(20, len(episodes))

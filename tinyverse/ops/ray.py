@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ..errors import TinyverseError, masked
-from ..workers import PARENT, PLACE
+from ..errors import TinyverseError, install, masked
+from ..workers import PARENT, PLACE, spawn
 
 log = logging.getLogger(__name__)
 # shipped with the experiment's folder: never the caches, databases and videos that pile up beside it
@@ -22,7 +22,7 @@ def join(address: str, experiment: str, url: str, workers: int):
     try:
         import ray
     except ImportError:
-        raise TinyverseError("run --ray needs Ray: pip install 'tinyverse[ray]'") from None
+        raise TinyverseError(f"run --ray needs Ray: {install('ray')}") from None
     shipped = {"working_dir": str(Path(experiment).resolve().parent), "excludes": EXCLUDES}
     try:
         if address != "auto":  # Ray itself retries an address where nothing listens, for minutes
@@ -50,12 +50,10 @@ def _worker(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
     """The Ray task: run one worker on this node until it exits; its exit code and last output."""
     import ray
 
-    from .launcher import spawn_local
-
     node = f"ray node {ray.get_runtime_context().get_node_id()[:8]} ({ray.util.get_node_ip_address()})"
     env = {**os.environ, **env, PARENT: str(os.getpid()), PLACE: node}  # it stops if this Ray worker dies
     with tempfile.TemporaryDirectory() as folder:
-        proc = spawn_local(argv, env, log := Path(folder) / "worker.log")
+        proc = spawn(argv, env, log := Path(folder) / "worker.log")
         try:
             while (code := proc.poll()) is None:  # short sleeps: ray.cancel arrives as a KeyboardInterrupt
                 time.sleep(0.5)

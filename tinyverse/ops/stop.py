@@ -17,7 +17,7 @@ def mode_clear(args):
     roles = {role for role in ("player", "trainer") if args.all or getattr(args, f"kill_{role}s")}
     what = {data: args.all or getattr(args, f"del_{data}") for data in ("sessions", "params", "metrics")}
     if not (roles or any(what.values())):
-        raise TinyverseError("say what to clear: --all, --del-{sessions,weights,metrics} or --kill-{players,trainers}")
+        raise TinyverseError("say what to clear: --all, --del-{sessions,params,metrics} or --kill-{players,trainers}")
     if not (dbs := namespaces(args)):
         print(f"nothing to clear: no experiments in {masked(args.url)}")
     for db in dbs:

@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..database import Database
-from ..errors import TinyverseError
+from ..errors import TinyverseError, install
 
 
 class EventWriter:
@@ -13,7 +13,7 @@ class EventWriter:
         try:
             from tensorboardX import SummaryWriter
         except ImportError:
-            raise TinyverseError("--logdir needs tensorboardX: pip install 'tinyverse[tensorboard]'") from None
+            raise TinyverseError(f"--logdir needs tensorboardX: {install('tensorboardX')}") from None
         self.db, self.writer = db, SummaryWriter(logdir)
 
     def scalars(self, values: dict[str, float], step: int) -> None:
