@@ -112,7 +112,7 @@ def players(n: int, batch: int, seconds: float, workdir: Path) -> tuple[float, f
 
     path = Path(tempfile.mkdtemp(dir=workdir)) / "players.db"  # a fresh database: counting starts at 0
     db = connect(f"sqlite:///{path}", "atari")
-    db.add_updates(10**9)  # a trainer far ahead: the players never wait for one (the pace)
+    db.add_to_counter("updates", 10**9)  # a trainer far ahead: the players never wait for one (the pace)
     argv = [sys.executable, "-m", "tinyverse", str(EXP), "play", "-b", str(batch), "--db", f"sqlite:///{path}", "-q"]
     procs = parallel(argv, n)
     stop = threading.Event()

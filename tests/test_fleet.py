@@ -276,7 +276,7 @@ def test_clear_all_keeps_the_stop_requests_of_workers_on_other_machines(tmp_path
         db.add_sessions([{"x": np.zeros(3)}] * 4, capacity=10)
         db.save_params({"w": np.ones(2)})
         db.add_metrics("episodes", [{"return": 1.0}])
-        db.add_updates(5)
+        db.add_to_counter("updates", 5)
         db.claim("options", {"epsilon": 0.5})
         remote = {"id": "player-far-2", "role": "player", "host": "far-away-box", "pid": 99, "started": 0}
         db.heartbeat(remote["id"], remote, ttl=60)  # it never leaves: clear waits a while, then deletes anyway

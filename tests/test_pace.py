@@ -59,7 +59,7 @@ def test_players_wait_while_ahead_by_more_than_the_slack_and_trainers_until_lear
     play(exp, db, batch_size=2, sessions=2)  # 20 env steps: a lead of 20 - 10 = 10 after the second round
     pace = Pace(exp, db)
     assert pace.player_waits() == "for the trainers: 0 updates for 20 env steps, target 0.5 an env step"
-    db.add_updates(3)  # a lead of 10 - 3 / 0.5 = 4
+    db.add_to_counter("updates", 3)  # a lead of 10 - 3 / 0.5 = 4
     assert pace.player_waits() is None
     exp.updates_per_step = None
     assert Pace(exp, db).player_waits() is None, "without a ratio players run free"

@@ -45,5 +45,5 @@ class Pace:
     def flush(self) -> int:
         """Count this trainer's whole updates in the database; return the total of all trainers."""
         n, self.pending = int(self.pending), self.pending - int(self.pending)
-        self.total = self.db.add_updates(n) if n else self.db.counter("updates")
+        self.total = self.db.add_to_counter("updates", n) if n else self.db.counter("updates")
         return self.total

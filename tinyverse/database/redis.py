@@ -8,9 +8,9 @@ from urllib.parse import urlsplit
 import redis
 
 from ..errors import DatabaseError
-from .backend import number
 from .base import Database
 from .lua import ADD, CLEAR
+from .records import number
 
 NAMESPACES = "tinyverse:namespaces"
 ANSWER_WAIT = 30.0  # seconds a worker's command waits for an answer till it says so and waits on

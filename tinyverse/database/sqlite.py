@@ -8,8 +8,8 @@ import threading
 import time
 
 from ..errors import DatabaseError
-from .backend import number
 from .base import Database
+from .records import number
 
 TABLES = {
     "sessions": "id INTEGER PRIMARY KEY AUTOINCREMENT, data BLOB NOT NULL",
