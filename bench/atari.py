@@ -156,7 +156,7 @@ def session_bytes(workdir: Path) -> tuple[int, int]:
 
     db = connect(f"sqlite:///{workdir / 'one.db'}", "one")
     exp = atari.make_experiment(db, atari.Args())
-    play(exp, db, 1, sessions=2, seed=0)
+    play(exp, db, 1, rounds=2, seed=0)
     s = {k: v[0] for k, v in db.get_batch([2]).items() if k != "id"}
     idx, _ = window_indices(s["terminated"][None], s["truncated"][None], exp.args.window)
     seq = np.concatenate([np.zeros_like(s["observations"][:1]), s["memory.frames"], s["observations"]])

@@ -368,7 +368,7 @@ class ShortEpisodes(cont.DDPG):
 def test_ou_state_is_kept_per_environment_and_reset_when_its_episode_ends(tmp_path):
     db = connect(f"sqlite:///{tmp_path / 'ou.db'}", "ou", retry_for=5)
     args = cont.Args(algo="ddpg", noise="ou", noise_std=0.5, net_arch="8,8", session_length=4, random_warmup=False)
-    assert play(ShortEpisodes(db, args), db, batch_size=2, sessions=6) == 12
+    assert play(ShortEpisodes(db, args), db, batch_size=2, rounds=6) == 12
     batch = db.get_batch(list(range(1, 13)))  # stored in order: round r holds ids 2r+1 (env 0) and 2r+2 (env 1)
     assert batch["id"].tolist() == list(range(1, 13))
     ou = batch["memory.ou"][:, 0].reshape(6, 2)  # the noise state at each round's start, per environment
@@ -437,15 +437,15 @@ def test_players_explore_at_their_own_scales(monkeypatch):
 def test_play_and_train_in_process(tmp_path, algo, noise):
     db = connect(f"sqlite:///{tmp_path / 't.db'}", "cont", retry_for=5)
     args = cont.Args(algo=algo, noise=noise, net_arch="16,16", session_length=8, learning_starts=0)
-    assert play(cont.make_experiment(db, args), db, batch_size=2, sessions=2) == 4
+    assert play(cont.make_experiment(db, args), db, batch_size=2, rounds=2) == 4
     trainer = cont.make_experiment(db, args)
-    assert train(trainer, db, batch_size=2, steps=3, save_every=2) >= 2
+    assert train(trainer, db, batch_size=2, updates=3, save_every=2) >= 2
     assert trainer.updates == 3 and int(db.load_params()[1]["updates"]) == 3
     batch = db.sample_batch(4)
     assert batch["actions"].dtype == np.float32 and batch["actions"].shape == (4, 8, 1)
     assert (np.abs(batch["actions"]) <= 2).all() and (batch["info.noise"] == (0.0 if algo == "sac" else 0.1)).all()
     player = cont.make_experiment(db, args)
-    play(player, db, batch_size=1, sessions=1)
+    play(player, db, batch_size=1, rounds=1)
     assert player.updates == 3  # the trained params reached it: it acts with the policy now
     db.close()
 

@@ -11,14 +11,24 @@ Arrays = dict[str, np.ndarray]
 class Experiment(abc.ABC):
     """What a user writes: hooks on NumPy arrays, which the loops call like this::
 
-        exp = make_experiment(db, args)                  # player, trainer and eval alike
-        memory = exp.initial_memory(B)                   # player: B environments of exp.make_env()
-        actions, memory = exp.act(observations, memory)  # each tick (eval: greedy=True)
-        info = exp.session_info()                        # stored with each session the player records
-        exp.prepare_training()                           # trainer, once
-        metrics = exp.train_step(exp.sample(db, B))      # trainer, each update
-        db.save_params(exp.get_params())                 # trainer, every save_every updates
-        exp.set_params(params)                           # everyone, when newer params are stored
+        exp = make_experiment(db, args)            # player, trainer and eval alike
+
+        # play (tinyverse.player.play): B environments of exp.make_env()
+        memory = exp.initial_memory(B)
+        until a stop:
+            wait while ahead of the trainers       # the pace
+            exp.set_params(params)                 # when newer params are stored
+            for each of T ticks:                   # a round: a session of T ticks an environment
+                actions, memory = exp.act(observations, memory)   # eval: greedy=True
+            db.add_sessions(sessions)              # each with exp.session_info()
+
+        # train (tinyverse.trainer.train)
+        exp.prepare_training()
+        until a stop:
+            batch = exp.sample(db, B)              # once B sessions are stored
+            wait while ahead of the players        # the pace
+            metrics = exp.train_step(batch)
+            db.save_params(exp.get_params())       # every save_every updates
 
     Hooks return promptly: the loops own the pace. A batch stacks B sessions of T = ``session_length`` ticks:
 

@@ -1,7 +1,6 @@
-"""Workers: identity, heartbeats, warm shutdown, and the loop that players and trainers share."""
+"""Workers: identity, heartbeats, waiting, warm shutdown; starting one as a process (``run``)."""
 
 import hashlib
-import itertools
 import logging
 import os
 import signal
@@ -11,7 +10,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -60,7 +58,8 @@ class Worker(StopFlag):
         self.info |= {"proc_start": me.create_time(), "cmdline": digest(me)}  # together they tell a reused PID apart
         self.info |= {"place": os.environ[PLACE]} if os.environ.get(PLACE) else {}
         self.parent = int(os.environ[PARENT]) if os.environ.get(PARENT, "").isdigit() else None
-        self.last, self.say = 0.0, Every(30.0)
+        self.last = 0.0  # when the last heartbeat went (monotonic)
+        self.say = Every(30.0)  # what it waits for, in the log
         self.token = None  # the file that proves to clear that this process is this worker
 
     def __enter__(self):
@@ -73,41 +72,31 @@ class Worker(StopFlag):
         super().__exit__(*exc)
         self.leave()
 
-    def beat(self, force: bool = False, **counters) -> bool:
-        """Record ``counters``, send a heartbeat if one is due; True if this worker should stop."""
-        self.info.update(counters)
+    def beat(self, force: bool = False, waiting: str | None = None, **counters) -> bool:
+        """Record ``counters`` and what this worker waits for (None: nothing), send a heartbeat if
+        one is due; True, and ``stop`` set, if this worker should stop."""
+        self.info.update(counters, waiting=waiting)
         if not force and time.monotonic() - self.last < HEARTBEAT_EVERY:
             return False
         self.last = time.monotonic()
         if self.db.stop_requested(self.id):
             log.warning("asked to stop through the database (clear --kill-*)")
-            return True
-        if self.parent is not None and os.getppid() != self.parent:
+        elif self.parent is not None and os.getppid() != self.parent:
             log.warning("the run that started this worker is gone: stopping")
-            return True
-        self.db.heartbeat(self.id, {**self.info, "time": time.time()}, HEARTBEAT_TTL)
-        return False
+        else:
+            self.db.heartbeat(self.id, {**self.info, "time": time.time()}, HEARTBEAT_TTL)
+            return False
+        self.stop = True
+        return True
 
-    def run(self, steps: int | None, step: Callable[[], bool], *waits: Callable[[], str | None]) -> None:
-        """Call ``step()`` ``steps`` times (for ever if None) until it returns True or a stop comes; before each,
-        wait while any of ``waits`` says what is missing (:meth:`wait`)."""
-        for _ in range(steps) if steps is not None else itertools.count():
-            if self.stop or not all(self.wait(why) for why in waits) or step():
-                return
-
-    def wait(self, why: Callable[[], str | None]) -> bool:
-        """Wait while ``why()`` says what is missing (in the heartbeat, and in the log at most every 30 s),
-        heartbeating; False on a stop."""
-        while not self.stop:
-            if (reason := why()) is None:  # what ``why`` granted is used: a stop comes after this step
-                self.info["waiting"] = None
-                return True
-            if self.say():
-                log.info("waiting %s", reason)
-            if self.beat(waiting=reason):
-                self.stop = True
-            time.sleep(0.02)
-        return False
+    def idle(self, why: str) -> bool:
+        """A moment of a wait for ``why``, said in the heartbeat (and in the log at most every
+        30 s); False once a stop came: SIGTERM, a stop request, the run gone."""
+        if self.say():
+            log.info("waiting %s", why)
+        self.beat(waiting=why)
+        time.sleep(0.02)
+        return not self.stop
 
     def leave(self) -> None:
         try:
