@@ -1,6 +1,5 @@
-"""What hooks return, checked against the contract (:class:`~tinyverse.Experiment`; what an
-experiment declares: :mod:`tinyverse.declared`): each problem one line naming the hook, what came
-back and what was expected. Hot hooks are checked in full at first, then by a few comparisons."""
+"""Hooks' returns checked against the contract (:class:`~tinyverse.Experiment`): a problem is one
+line naming the hook, what came back and what it wants; hot hooks in full at first, then briefly."""
 
 import logging
 import math

@@ -13,7 +13,8 @@ EXTRAS |= {"tensorboardX": "tensorboard"}
 
 def install(package: str) -> str:
     """How to install a package: ``pip install 'tinyverse[EXTRA]'`` if an extra has it."""
-    return f"pip install 'tinyverse[{EXTRAS[package]}]'" if package in EXTRAS else f"pip install {package}"
+    named = f"'tinyverse[{EXTRAS[package]}]'" if package in EXTRAS else package
+    return f"pip install {named}"
 
 
 def command(rest: str, prefix: str | None = None, experiment: str = "EXPERIMENT.py") -> str:

@@ -5,8 +5,8 @@ FIELDS = ("updates_per_step", "learning_starts", "pace_slack", "session_length")
 
 
 class Pace:
-    """One worker's view of ``lead = max(0, played - learning_starts) - updates / updates_per_step``,
-    ``played`` in env steps."""
+    """One worker's view of the lead of the players, in env steps played:
+    ``lead = max(0, played - learning_starts) - updates / updates_per_step``."""
 
     def __init__(self, exp, db):
         self.spec = {k: getattr(exp, k) for k in FIELDS}

@@ -1,4 +1,4 @@
-"""The play loop: keep B environments running, record one session each a round, pick up new params."""
+"""The play loop: B environments running, a session of each recorded a round, new params loaded."""
 
 import collections
 import logging
@@ -19,7 +19,7 @@ from .workers import Worker
 log = logging.getLogger(__name__)
 
 
-def play(exp: Experiment, db: Database, batch_size=1, rounds=None, sync_every=1, seed=None, report_every=10.0):
+def play(exp, db, batch_size=1, rounds=None, sync_every=1, seed=None, report_every=10.0) -> int:
     """Play ``batch_size`` environments for ``rounds`` rounds (for ever if None), storing a session
     from each a round; return the number stored. Waits while ahead of the trainers
     (:class:`~tinyverse.pace.Pace`), with ``sync_every`` 1 loading the newest params meanwhile;
@@ -44,7 +44,7 @@ def play(exp: Experiment, db: Database, batch_size=1, rounds=None, sync_every=1,
 class Player:
     """B environments, their episodes so far, and the sessions recorded from them."""
 
-    def __init__(self, exp: Experiment, db: Database, batch_size: int, seed, sync_every: int, report_every: float):
+    def __init__(self, exp: Experiment, db: Database, batch_size, seed, sync_every, report_every):
         declared.check(exp)
         self.exp = exp
         self.db = db
@@ -88,7 +88,7 @@ class Player:
         return True
 
     def sync(self, reseed: bool = False) -> None:
-        """Load newer params if some are stored (with ``reseed``, store this player's if none are)."""
+        """Load newer params if some are stored (``reseed``: store this player's if none are)."""
         version = self.version
         self.version = sync_params(self.exp, self.db, self.version, reseed)
         if self.version != version:

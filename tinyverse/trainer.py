@@ -11,8 +11,8 @@ from .every import Every
 from .experiment import Experiment
 from .options import store
 from .pace import Pace
-from .prefetch import Prefetcher
 from .params import Publisher
+from .prefetch import Prefetcher
 from .workers import Worker
 
 log = logging.getLogger(__name__)
@@ -20,14 +20,7 @@ SLOW = "for a batch (sampling is slow, or skips corrupt or foreign records)"
 
 
 def train(
-    exp: Experiment,
-    db: Database,
-    batch_size=32,
-    updates=None,
-    save_every=100,
-    report_every=2,
-    sync=None,
-    on_report=None,
+    exp, db, batch_size=32, updates=None, save_every=100, report_every=2, sync=None, on_report=None
 ) -> int:
     """Train ``updates`` updates (for ever if None) on batches of ``batch_size`` sessions (per live
     player with ``exp.batch_per_player``) at the pace; return the last published version. Publishes
@@ -67,7 +60,8 @@ class Trainer:
         store(exp, db)  # the run's options, at its first write
         self.publisher = Publisher(exp, db, sync, exp.local_params)
         self.worker = Worker(db, "trainer")
-        self.worker.info |= {"pace": self.pace.spec, "updates": 0, "version": self.publisher.version}
+        self.worker.info |= {"pace": self.pace.spec, "updates": 0}
+        self.worker.info["version"] = self.publisher.version
         self.report_every = report_every
         self.on_report = on_report  # on_report(mean metrics, env steps), at each report
         self.say = Every(10.0)  # the log, every 10 s

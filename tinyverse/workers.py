@@ -19,27 +19,31 @@ from .every import Every
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_EVERY, HEARTBEAT_TTL = 2.0, 10.0  # seconds between heartbeats; a worker silent this long is gone
+HEARTBEAT_EVERY = 2.0  # seconds between heartbeats
+HEARTBEAT_TTL = 10.0  # seconds: a worker silent this long is gone
 PARENT = "TINYVERSE_PARENT_PID"  # set by run: its children stop when it is gone
-PLACE = "TINYVERSE_PLACE"  # set by a launcher that knows more than the host name (run --ray: the Ray node)
+PLACE = "TINYVERSE_PLACE"  # set by a launcher that knows more than the host (run --ray: the node)
 
 
 class StopFlag:
-    """SIGINT/SIGTERM set ``stop``, which the loop checks: finish the step, save, exit (a second one raises
-    KeyboardInterrupt). Signals reach only the main thread: in another, it installs nothing."""
+    """SIGINT/SIGTERM set ``stop``, which the loop checks: finish the step, save, exit (a second
+    one raises KeyboardInterrupt). Signals reach only the main thread: elsewhere, none is caught."""
 
     def __init__(self):
-        self.stop, self.previous = False, {}
+        self.stop = False
+        self.previous = {}  # the handlers to restore
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            self.previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._handle)
         return self
 
     def _handle(self, signum, frame):
         if self.stop:
             raise KeyboardInterrupt
-        log.warning("got %s: finishing the current step, then stopping", signal.Signals(signum).name)
+        name = signal.Signals(signum).name
+        log.warning("got %s: finishing the current step, then stopping", name)
         self.stop = True
 
     def __exit__(self, *exc):
@@ -48,14 +52,18 @@ class StopFlag:
 
 
 class Worker(StopFlag):
-    """A player or trainer: heartbeats with counters. As a context: registered at once, stopped warmly, then removed."""
+    """A player or trainer: heartbeats with counters. As a context: registered at once, stopped
+    warmly, then removed."""
 
     def __init__(self, db, role: str):
         super().__init__()
-        me, host = psutil.Process(), socket.gethostname()
-        self.db, self.id = db, f"{role}-{host}-{me.pid}-{uuid.uuid4().hex[:6]}"
-        self.info = {"id": self.id, "role": role, "host": host, "pid": me.pid, "started": time.time()}
-        self.info |= {"proc_start": me.create_time(), "cmdline": digest(me)}  # together they tell a reused PID apart
+        me = psutil.Process()
+        host = socket.gethostname()
+        self.db = db
+        self.id = f"{role}-{host}-{me.pid}-{uuid.uuid4().hex[:6]}"
+        self.info = {"id": self.id, "role": role, "host": host, "pid": me.pid}
+        self.info |= {"started": time.time(), "proc_start": me.create_time()}
+        self.info["cmdline"] = digest(me)  # with proc_start it tells a reused PID apart
         self.info |= {"place": os.environ[PLACE]} if os.environ.get(PLACE) else {}
         self.parent = int(os.environ[PARENT]) if os.environ.get(PARENT, "").isdigit() else None
         self.last = 0.0  # when the last heartbeat went (monotonic)

@@ -17,7 +17,7 @@ TLS = {"ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_passwo
 WHOLE = {"db", "health_check_interval"}  # read as int by redis-py (the timeouts as float)
 
 
-TOOL_WAIT = 5.0  # seconds a tool (info, eval, export, ...) waits for the database, then says why not
+TOOL_WAIT = 5.0  # seconds a tool (info, eval, export, ...) waits for the database, then says so
 
 
 def connect(
@@ -59,8 +59,10 @@ def url_from(url: str | None, host=None, port=None, password=None, tls_ca=None) 
     if tls_ca is not None:  # redis-py reads the CA from the URL's query
         path = Path(tls_ca).resolve()
         if not path.is_file() or not url.startswith(("redis://", "rediss://")):
-            raise DatabaseError(f"--tls-ca {tls_ca}: want the CA certificate file (PEM) of a Redis server")
-        url = f"rediss://{url.split('://', 1)[1]}{'&' if '?' in url else '?'}ssl_ca_certs={quote(str(path))}"
+            want = "want the CA certificate file (PEM) of a Redis server"
+            raise DatabaseError(f"--tls-ca {tls_ca}: {want}")
+        query = f"{'&' if '?' in url else '?'}ssl_ca_certs={quote(str(path))}"
+        url = f"rediss://{url.split('://', 1)[1]}{query}"
     return checked(url)
 
 

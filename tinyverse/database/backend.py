@@ -23,8 +23,7 @@ class Backend(abc.ABC):
 
     def __init__(self, url: str, prefix: str, retry_for: float | None):
         if not PREFIX_RE.fullmatch(prefix):
-            fix = "use 1-64 letters, digits, '_', '.' or '-'"
-            raise DatabaseError(f"bad prefix {prefix!r}: {fix}")
+            raise DatabaseError(f"bad prefix {prefix!r}: use 1-64 letters, digits, '_', '.' or '-'")
         self.url = masked(url)
         self.prefix = prefix
         self.retry_for = retry_for  # seconds an outage is waited out (None: for ever)

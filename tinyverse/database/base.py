@@ -117,9 +117,7 @@ class Database(Control):
         return self.count_sessions().added * session_length
 
     # -- params ------------------------------------------------------------------------------------
-    def save_params(
-        self, params: Arrays, min_version: int = 0, if_absent: bool = False, expect: int | None = None
-    ) -> int | None:
+    def save_params(self, params: Arrays, min_version=0, if_absent=False, expect=None):
         """Store params with version max(stored + 1, min_version) and return it; None: not written
         (``if_absent`` and params are stored, or ``expect`` given and the stored version is
         another: a compare-and-set)."""
@@ -138,8 +136,8 @@ class Database(Control):
             return found[0], decode(found[2])
         except RecordError as e:
             fix = f"delete them with {command('clear --del-params', self.prefix)}"
-            problem = f"the stored params of {self.prefix} are {e}"
-            raise RecordError(f"{problem}; {fix} (a trainer then starts from a random init)") from None
+            fix += " (trainers then start from a random init)"
+            raise RecordError(f"the stored params of {self.prefix} are {e}; {fix}") from None
 
     def params_version(self) -> int | None:
         """The stored params' version; None if none are stored."""

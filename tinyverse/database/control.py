@@ -19,9 +19,7 @@ STOP_TTL = 600.0  # seconds a stop request waits for its worker
 class Control(Backend):
     """Settings, counters, workers, stop requests and metrics of one namespace."""
 
-    def __init__(self, url: str, prefix: str = "tinyverse", retry_for: float | None = None):
-        super().__init__(url, prefix, retry_for)
-        self.layout: list | None = None  # the sessions' (a setting), as the data plane last read it
+    layout: list | None = None  # the sessions' (a setting), as the data plane last read it
 
     # -- settings and counters ---------------------------------------------------------------------
     def claim(self, key: str, value: Any) -> Any:

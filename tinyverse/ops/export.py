@@ -1,4 +1,5 @@
-"""``export``, ``import``, ``eval --params``: a trained agent as a safetensors file (arrays and a JSON header)."""
+"""``export``, ``import``, ``eval --params``: a trained agent as a safetensors file (arrays and a
+JSON header)."""
 
 import json
 import re
@@ -19,10 +20,12 @@ MAX_VERSION = 2**62  # a stored version; SQLite's integers end at 2^63-1
 
 
 def mode_export(args):
-    """Write the latest params, with the run's options, to a safetensors file (loads without tinyverse)."""
+    """Write the latest params, with the run's options, to a safetensors file (no tinyverse needed
+    to load it)."""
     db = connect(args.url, args.prefix, TOOL_WAIT, create=False)
     if (found := db.load_params()) is None:
-        raise TinyverseError(f"no params in prefix {db.prefix} of {db.url} to export: train first, or check --prefix")
+        fix = "train first, or check --prefix"
+        raise TinyverseError(f"no params in prefix {db.prefix} of {db.url} to export: {fix}")
     (version, params), name = found, Path(args.experiment).stem
     meta = {"format": FORMAT, "tinyverse": __version__, "experiment": name, "version": str(version)}
     meta |= {"options": json.dumps(db.setting("options")), "prefix": db.prefix}
@@ -40,44 +43,56 @@ def mode_export(args):
 
 
 def mode_import(args):
-    """Seed the namespace with the params and options of a file written by export (a warm start, or a move)."""
+    """Seed the namespace with the params and options of a file written by export (a warm start,
+    or a move)."""
     db = connect(args.url, args.prefix, TOOL_WAIT)
     exp, meta, params = load(args.file, args.experiment, args.options)
-    stored, options = db.setting("options"), exp.options  # the experiment took the file: its options and shapes fit
+    stored = db.setting("options")
+    options = exp.options  # the experiment took the file: its options and shapes fit
     if stored is not None and options is not None and stored != options:
-        key = next(k for k in sorted(stored.keys() | options.keys()) if stored.get(k) != options.get(k))
+        keys = sorted(stored.keys() | options.keys())
+        key = next(k for k in keys if stored.get(k) != options.get(k))
         raise TinyverseError(
             f"{args.file} has option {key}={options.get(key)!r}, prefix {db.prefix} stores "
             f"{key}={stored.get(key)!r}: import into another --prefix"
         )
     if (held := db.params_version()) is not None:
-        fix = f"import into another --prefix, or delete them first with {command('clear --del-params', db.prefix)}"
+        fix = f"delete them first with {command('clear --del-params', db.prefix)}"
+        fix = f"import into another --prefix, or {fix}"
         raise TinyverseError(f"prefix {db.prefix} holds params already (version {held}): {fix}")
     if options is not None:
         db.claim("options", options)
-    if (version := db.save_params(params, min_version=int(meta["version"]), if_absent=True)) is None:
-        raise TinyverseError(f"a worker stored params in prefix {db.prefix} meanwhile: import into another --prefix")
-    print(f"imported {args.file} into prefix {db.prefix} of {masked(args.url)}: params version {version}")
+    version = db.save_params(params, min_version=int(meta["version"]), if_absent=True)
+    if version is None:
+        fix = "import into another --prefix"
+        raise TinyverseError(f"a worker stored params in prefix {db.prefix} meanwhile: {fix}")
+    where = f"prefix {db.prefix} of {masked(args.url)}"
+    print(f"imported {args.file} into {where}: params version {version}")
 
 
 def load(path: str, experiment: str, options: dict[str, str]) -> tuple[Experiment, dict, dict]:
-    """(experiment holding the params, metadata, params) of a file written by export; ``options`` over its own."""
+    """(experiment holding the params, metadata, params) of a file written by export; ``options``
+    over its own."""
     if not Path(path).is_file():
-        raise TinyverseError(f"no file {path}: pass a .safetensors file written by python -m tinyverse EXP export")
+        fix = "pass a .safetensors file written by python -m tinyverse EXP export"
+        raise TinyverseError(f"no file {path}: {fix}")
     st = _safetensors()
     try:
         with st.safe_open(path, framework="np") as f:
             meta, params = f.metadata() or {}, {k: f.get_tensor(k) for k in f.keys()}
     except Exception as e:  # SafetensorError, OSError: the file is not one of ours
-        raise TinyverseError(f"{path} is not a safetensors file of tinyverse params ({e})") from None
+        raise TinyverseError(f"{path} is not a safetensors file of tinyverse ({e})") from None
     meta = _checked(path, meta)
-    spell = {True: "true", False: "false", None: "none"}  # stored values as --set texts: parsed as a user's
-    texts = {k: spell[v] if v is None or isinstance(v, bool) else str(v) for k, v in (meta["options"] or {}).items()}
+    spell = {True: "true", False: "false", None: "none"}  # stored values as --set texts, a user's
+    stored = (meta["options"] or {}).items()
+    texts = {k: spell[v] if v is None or isinstance(v, bool) else str(v) for k, v in stored}
     try:
         exp = load_experiment(experiment, None, {**texts, **options})
-        check_params(exp.get_params(), params, f"file {path}", "drop the --set options that change the network")
+        fix = "drop the --set options that change the network"
+        check_params(exp.get_params(), params, f"file {path}", fix)
     except TinyverseError as e:
-        raise TinyverseError(f"{path} (from {meta.get('experiment')}) does not fit {experiment}: {e}") from None
+        source = f"{path} (from {meta.get('experiment')})"
+        raise TinyverseError(f"{source} does not fit {experiment}: {e}") from None
     exp.set_params(params)
     return exp, meta, params
 
@@ -104,5 +119,6 @@ def _safetensors():
     try:
         import safetensors.numpy
     except ImportError:
-        raise TinyverseError(f"export and import need safetensors: {install('safetensors')}") from None
+        needs = f"export and import need safetensors: {install('safetensors')}"
+        raise TinyverseError(needs) from None
     return safetensors

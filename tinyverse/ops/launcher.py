@@ -138,13 +138,16 @@ class Watch:
         self.db, self.T, self.max_steps, self.target, self.judge = db, session_length, max_steps, target, judge
         last = db.metrics("episodes", 1)
         self.since = last[-1]["time"] if last else 0.0  # the target counts only this run's episodes
-        self.steps0, self.started, self.tty = db.count_sessions().added * self.T, time.monotonic(), sys.stderr.isatty()
+        self.steps0 = db.env_steps(self.T)  # played before this run
+        self.started = time.monotonic()
+        self.tty = sys.stderr.isatty()
         self.judged, self.shown = self.started, Every(20.0)  # a greedy eval every 30 s; on no tty, a line every 20 s
         self.reached = False  # whether it stopped because the target was reached
 
     def check(self) -> str | None:
         """Show progress; why the run should stop, or None."""
-        steps, now = self.db.count_sessions().added * self.T - self.steps0, time.monotonic()
+        steps = self.db.env_steps(self.T) - self.steps0
+        now = time.monotonic()
         line = " | ".join([f"env steps {steps:,} ({steps / max(now - self.started, 1e-9):,.0f}/s)", *progress(self.db)])
         if self.tty:
             print(f"\r{line}\033[K", end="", file=sys.stderr, flush=True)

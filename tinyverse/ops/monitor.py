@@ -112,7 +112,8 @@ def info_text(db: Database, last: int = 100) -> str:
     lines.append(f"  params    {held}")
     pace = next((w["pace"] for w in workers if w.get("pace")), None)
     if pace and pace["updates_per_step"]:
-        updates, played = db.counter("updates"), max(0, added * pace["session_length"] - pace["learning_starts"])
+        updates = db.counter("updates")
+        played = max(0, db.env_steps(pace["session_length"]) - pace["learning_starts"])
         actual = f"{updates / played:.3g}" if played else "-"
         lines.append(
             f"  pace      target {pace['updates_per_step']:g} updates an env step (after {pace['learning_starts']:,}, "

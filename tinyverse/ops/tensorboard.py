@@ -13,8 +13,10 @@ class EventWriter:
         try:
             from tensorboardX import SummaryWriter
         except ImportError:
-            raise TinyverseError(f"--logdir needs tensorboardX: {install('tensorboardX')}") from None
-        self.db, self.writer = db, SummaryWriter(logdir)
+            needs = f"--logdir needs tensorboardX: {install('tensorboardX')}"
+            raise TinyverseError(needs) from None
+        self.db = db
+        self.writer = SummaryWriter(logdir)
 
     def scalars(self, values: dict[str, float], step: int) -> None:
         for tag, v in values.items():
@@ -22,7 +24,7 @@ class EventWriter:
         self.writer.flush()
 
     def report(self, metrics: dict[str, float], env_steps: int) -> None:
-        """A trainer's report: its mean metrics, and the mean of the recent returns, against env steps."""
+        """A trainer's report: its mean metrics and the recent returns' mean, by env steps."""
         recent = self.db.recent_returns(20) if self.db is not None else []
         extra = {"return/recent_mean": float(np.mean(recent))} if recent else {}
         self.scalars({**{f"train/{k}": v for k, v in metrics.items()}, **extra}, env_steps)
