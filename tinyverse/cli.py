@@ -135,7 +135,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv[1:] if experiment else argv)
     if args.mode in NEEDS_EXPERIMENT and experiment is None:
         raise TinyverseError(f"{args.mode} needs an experiment: {command(args.mode)}")
-    args.experiment, args.options = experiment, dict(getattr(args, "options", []))
+    args.experiment = experiment
+    args.options = dict(getattr(args, "options", []))
     args.prefix_given = args.prefix is not None  # "" too: refused as a bad prefix, not read as none
     if not args.prefix_given:
         args.prefix = Path(experiment).stem if experiment else "tinyverse"

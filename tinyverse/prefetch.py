@@ -14,7 +14,9 @@ class Prefetcher:
     them, faster when a batch is cheap and an update short: no second thread for the GIL)."""
 
     def __init__(self, exp: Experiment, db: Database, batch_size: int, depth: int = 2):
-        self.exp, self.db, self.batch_size = exp, db, batch_size
+        self.exp = exp
+        self.db = db
+        self.batch_size = batch_size  # sessions a batch (the trainer grows it)
         self.fits = 0  # the batch size known to fit in memory
         self.ahead = queue.Queue(depth) if depth > 0 else None
         self.thread = threading.Thread(target=self._run, name="prefetch", daemon=True)

@@ -86,7 +86,8 @@ class Trainer:
         slow; None if a stop came first."""
         batch = self.prefetch.get() if self.fed else None  # no look at the count while it flows
         while batch is None:
-            stored, wanted = self.db.count_sessions().stored, self.prefetch.batch_size
+            stored = self.db.count_sessions().stored
+            wanted = self.prefetch.batch_size
             self.fed = stored >= wanted
             if self.fed and (batch := self.prefetch.get()) is not None:
                 break

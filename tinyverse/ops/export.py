@@ -26,7 +26,8 @@ def mode_export(args):
     if (found := db.load_params()) is None:
         fix = "train first, or check --prefix"
         raise TinyverseError(f"no params in prefix {db.prefix} of {db.url} to export: {fix}")
-    (version, params), name = found, Path(args.experiment).stem
+    version, params = found
+    name = Path(args.experiment).stem
     meta = {"format": FORMAT, "tinyverse": __version__, "experiment": name, "version": str(version)}
     meta |= {"options": json.dumps(db.setting("options")), "prefix": db.prefix}
     path = Path(args.output or f"{name}.safetensors")
@@ -79,7 +80,8 @@ def load(path: str, experiment: str, options: dict[str, str]) -> tuple[Experimen
     st = _safetensors()
     try:
         with st.safe_open(path, framework="np") as f:
-            meta, params = f.metadata() or {}, {k: f.get_tensor(k) for k in f.keys()}
+            meta = f.metadata() or {}
+            params = {k: f.get_tensor(k) for k in f.keys()}
     except Exception as e:  # SafetensorError, OSError: the file is not one of ours
         raise TinyverseError(f"{path} is not a safetensors file of tinyverse ({e})") from None
     meta = _checked(path, meta)

@@ -1,4 +1,5 @@
-"""``run``: players and trainers as ``python -m tinyverse`` children, supervised, then stopped warmly."""
+"""``run``: players and trainers as ``python -m tinyverse`` children, supervised, then stopped
+warmly."""
 
 import logging
 import os
@@ -25,7 +26,8 @@ STOP_TIMEOUT = 30.0  # seconds a worker has to stop warmly before it is killed
 
 
 def mode_run(args):
-    """Start players and trainers on this machine (or a Ray cluster), supervise them, stop them, then eval."""
+    """Start players and trainers on this machine (or a Ray cluster), supervise them, stop them,
+    then eval."""
     db = connect(args.url, args.prefix, capacity=args.buffer_size)
     exp = load_experiment(args.experiment, db, args.options)
     store(exp, db)  # the children adopt the run's options
@@ -46,7 +48,8 @@ def mode_run(args):
         for i in range(n):  # e.g. Ape-X: player i of n explores with an epsilon of its own
             index = {"TINYVERSE_WORKER_INDEX": str(i), "TINYVERSE_WORKER_COUNT": str(n)}
             workers.append((f"{role}-{i}", [*argv, "--prefix", args.prefix, "-q"], env | index))
-    judge = args.target_eval and (lambda: float(np.mean(evaluate(exp, db, args.target_eval, quiet=True))))
+    n = args.target_eval
+    judge = n and (lambda: float(np.mean(evaluate(exp, db, n, quiet=True))))
     watch = Watch(db, exp.session_length, args.steps, args.target_return, judge)
     reason = supervise(workers, start, watch, args.max_crashes)
     print(f"run stopped: {reason}")
@@ -57,18 +60,21 @@ def mode_run(args):
         raise TinyverseError(f"run stopped ({reason}) short of {target}: info shows how far it got")
 
 
-def supervise(workers: list[tuple[str, list[str], dict]], spawn, watch: "Watch", max_crashes: int) -> str:
-    """Run each (name, argv, env) of ``workers`` until ``watch`` or Ctrl-C says stop, then stop them; say why.
-    ``spawn(argv, env, logfile)`` starts one: a local process, or a Ray task with Popen's poll, terminate, kill."""
-    logdir, reason = Path(tempfile.mkdtemp(prefix=f"tinyverse-{watch.db.prefix}-")), None
-    children = [Child(name, argv, env, spawn, logdir / f"{name}.log") for name, argv, env in workers]
+def supervise(workers: list[tuple], spawn, watch: "Watch", max_crashes: int) -> str:
+    """Run each (name, argv, env) of ``workers`` until ``watch`` or Ctrl-C says stop, then stop
+    them; say why. ``spawn(argv, env, logfile)`` starts one: a local process, or a Ray task with
+    Popen's poll, terminate, kill."""
+    logdir = Path(tempfile.mkdtemp(prefix=f"tinyverse-{watch.db.prefix}-"))
+    reason = None  # why the fleet stops
+    children = [Child(*worker, spawn, logdir / f"{worker[0]}.log") for worker in workers]
     log.info("starting %d workers; their logs go to %s until they stop", len(children), logdir)
     with StopFlag() as flag:
         try:
             while not flag.stop and reason is None:
                 for child in children:
                     child.check(max_crashes)
-                reason = "every worker exited by itself" if all(c.finished for c in children) else watch.check()
+                done = all(c.finished for c in children)
+                reason = "every worker exited by itself" if done else watch.check()
                 time.sleep(0.5)
         finally:
             watch.close()
@@ -90,11 +96,19 @@ def supervise(workers: list[tuple[str, list[str], dict]], spawn, watch: "Watch",
 
 
 class Child:
-    """One supervised worker: restarted with backoff when it crashes, left stopped once it exits with code 0."""
+    """One supervised worker: restarted with backoff when it crashes, left stopped once it exits
+    with code 0."""
 
     def __init__(self, name: str, argv: list[str], env: dict[str, str], spawn, logfile: Path):
-        self.name, self.argv, self.env, self.spawn, self.logfile = name, argv, env, spawn, logfile
-        self.proc, self.finished, self.crashes, self.restart_at = None, False, [], 0.0
+        self.name = name
+        self.argv = argv
+        self.env = env
+        self.spawn = spawn
+        self.logfile = logfile
+        self.proc = None  # while it runs
+        self.finished = False  # exited with code 0: not restarted
+        self.crashes = []  # when it crashed, within CRASH_WINDOW
+        self.restart_at = 0.0  # monotonic
 
     def check(self, max_crashes: int) -> None:
         """Start the process when due; see whether it exited; raise once it keeps crashing."""
@@ -112,13 +126,16 @@ class Child:
             return
         self.crashes = [t for t in self.crashes if now - t <= CRASH_WINDOW] + [now]
         if len(self.crashes) >= max_crashes:
-            raise TinyverseError(f"{self.name} crashed {len(self.crashes)} times; its last output:\n{self.tail(8)}")
+            crashed = f"{self.name} crashed {len(self.crashes)} times"
+            raise TinyverseError(f"{crashed}; its last output:\n{self.tail(8)}")
         delay = min(2 ** (len(self.crashes) - 1), 30)
-        log.warning("%s exited with code %s; restarting in %ds. Last output:\n%s", self.name, code, delay, self.tail(4))
+        said = "%s exited with code %s; restarting in %ds. Last output:\n%s"
+        log.warning(said, self.name, code, delay, self.tail(4))
         self.restart_at = now + delay
 
     def tail(self, n: int) -> str:
-        return "\n".join("    " + line for line in self.logfile.read_text(errors="replace").splitlines()[-n:])
+        lines = self.logfile.read_text(errors="replace").splitlines()[-n:]
+        return "\n".join("    " + line for line in lines)
 
 
 def progress(db: Database) -> list[str]:

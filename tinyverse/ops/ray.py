@@ -85,7 +85,8 @@ class RayProcess:
             try:
                 self.returncode, output = self.ray.get(self.ref)
             except self.ray.exceptions.RayError as e:  # cancelled, or its Ray worker or node died
-                self.returncode, output = 1, f"{type(e).__name__}: {e}\n"
+                self.returncode = 1
+                output = f"{type(e).__name__}: {e}\n"
             with open(self.logfile, "a") as out:  # run shows its tail when it keeps crashing
                 out.write(output)
         return self.returncode
