@@ -20,13 +20,7 @@ WHOLE = {"db", "health_check_interval"}  # read as int by redis-py (the timeouts
 TOOL_WAIT = 5.0  # seconds a tool (info, eval, export, ...) waits for the database, then says so
 
 
-def connect(
-    url: str | None = None,
-    prefix: str = "tinyverse",
-    retry_for: float | None = None,
-    create: bool = True,
-    capacity: int | None = None,
-) -> Database:
+def connect(url=None, prefix="tinyverse", retry_for=None, create=True, capacity=None) -> Database:
     """Open the database at ``url`` (default: $TINYVERSE_DB, else ./tinyverse.db). ``retry_for``:
     seconds an unreachable one is waited for (None: for ever, as workers do; tools: TOOL_WAIT);
     ``create`` False: a missing SQLite file is an error; ``capacity`` (``--buffer-size``): the
