@@ -112,7 +112,7 @@ def players(n: int, batch: int, seconds: float, workdir: Path) -> tuple[float, f
 
     path = Path(tempfile.mkdtemp(dir=workdir)) / "players.db"  # a fresh database: counting starts at 0
     db = connect(f"sqlite:///{path}", "atari")
-    db.add_updates(10**9)  # a trainer far ahead: the players never wait for one (the pace)
+    db.add_to_counter("updates", 10**9)  # a trainer far ahead: the players never wait for one (the pace)
     argv = [sys.executable, "-m", "tinyverse", str(EXP), "play", "-b", str(batch), "--db", f"sqlite:///{path}", "-q"]
     procs = parallel(argv, n)
     stop = threading.Event()
@@ -156,7 +156,7 @@ def session_bytes(workdir: Path) -> tuple[int, int]:
 
     db = connect(f"sqlite:///{workdir / 'one.db'}", "one")
     exp = atari.make_experiment(db, atari.Args())
-    play(exp, db, 1, sessions=2, seed=0)
+    play(exp, db, 1, rounds=2, seed=0)
     s = {k: v[0] for k, v in db.get_batch([2]).items() if k != "id"}
     idx, _ = window_indices(s["terminated"][None], s["truncated"][None], exp.args.window)
     seq = np.concatenate([np.zeros_like(s["observations"][:1]), s["memory.frames"], s["observations"]])

@@ -259,7 +259,7 @@ def profile(batch_size: int, updates: int) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         db = connect(f"sqlite:///{tmp}/p.db", "p")
-        play(atari.make_experiment(db, atari.Args()), db, batch_size=8, sessions=max(2, batch_size // 4))
+        play(atari.make_experiment(db, atari.Args()), db, batch_size=8, rounds=max(2, batch_size // 4))
         print(f"one update on {batch_size} sessions of 25 ticks, {torch.get_num_threads()} torch thread(s), "
               f"mean of {updates}:")  # fmt: skip
         for net in atari.ActorCritic.TORSOS:

@@ -82,7 +82,7 @@ def record(cache: Path = CACHE, rounds: int = 12) -> None:
         db = connect(f"sqlite:///{tmp}", game)
         exp = load_experiment(str(ROOT / path), db)
         exp.updates_per_step = None  # no trainer here: the player must not wait for one
-        play(exp, db, batch_size=batch, sessions=rounds, seed=0, report_every=1e9)
+        play(exp, db, batch_size=batch, rounds=rounds, seed=0, report_every=1e9)
         db.close()
     os.replace(tmp, cache)
 

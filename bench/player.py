@@ -59,7 +59,7 @@ def main() -> None:
         db = connect(f"sqlite:///{folder}/bench.db", "bench-player")
         exp = RandomPlay(db, args.pixels)
         start = time.perf_counter()
-        sessions = play(exp, db, batch_size=args.envs, sessions=args.rounds, report_every=1e9)
+        sessions = play(exp, db, batch_size=args.envs, rounds=args.rounds, report_every=1e9)
         seconds = time.perf_counter() - start
     kind = "80x80 frames" if args.pixels else "CartPole"
     print(f"{kind}: {sessions * exp.session_length / seconds:,.0f} env steps/s ({tinyverse.__file__})")

@@ -50,7 +50,7 @@ def main():
         for depth in (2, 0):
             exp.prefetch = depth
             start = time.perf_counter()
-            train(exp, db, exp.train_batch_size, steps=args.steps, save_every=10**9, report_every=1e9)
+            train(exp, db, exp.train_batch_size, updates=args.steps, save_every=10**9, report_every=1e9)
             rates[depth] = args.steps / (time.perf_counter() - start)
         print(
             f"rep {rep}: thread {rates[2]:.0f} updates/s, in the training thread {rates[0]:.0f}: "

@@ -155,7 +155,7 @@ def test_trainer_rebuilds_every_window_the_player_acted_on(tmp_path, monkeypatch
     seen = []
     act = exp.act
     monkeypatch.setattr(exp, "act", lambda o, m, greedy=False: (seen.append(exp.frames.push(o, m)[0]), act(o, m))[1])
-    play(exp, db, batch_size=2, sessions=2, seed=0)
+    play(exp, db, batch_size=2, rounds=2, seed=0)
     seen = np.stack(seen, axis=1)  # (B, rounds x T, K, H, W)
     K, T = exp.args.window, exp.session_length
     batch = db.get_batch([1, 2, 3, 4])
@@ -279,7 +279,7 @@ def test_train_step_runs_on_uint8_sessions_and_changes_the_params(tmp_path):
 
     db = connect(f"sqlite:///{tmp_path / 't.db'}", "t")
     exp = atari.make_experiment(db, atari.Args(max_episode_steps=9))
-    play(exp, db, batch_size=2, sessions=2, seed=0)
+    play(exp, db, batch_size=2, rounds=2, seed=0)
     batch = db.get_batch([1, 2, 3, 4])
     assert batch["observations"].dtype == np.uint8 and batch["observations"].shape[1:] == (26, 80, 80)
     assert exp.sample(db, 5) == {}  # not enough sessions yet: "not yet", at once (the loop waits, not sample)
@@ -334,7 +334,7 @@ def test_every_policy_loss_trains(tmp_path, options):
 
     db = connect(f"sqlite:///{tmp_path / 'l.db'}", "l")
     exp = atari.make_experiment(db, atari.Args(max_episode_steps=9, **options))
-    play(exp, db, batch_size=2, sessions=2, seed=0)
+    play(exp, db, batch_size=2, rounds=2, seed=0)
     exp.prepare_training()
     batch = exp.sample(db, 4)
     batch["outputs.logp"] = batch["outputs.logp"] - 0.5  # the players' policy liked these actions less: lag
@@ -351,7 +351,7 @@ def test_rewards_train_scaled_unless_clipped(tmp_path):
     import atari
 
     db = connect(f"sqlite:///{tmp_path / 's.db'}", "s")
-    play(atari.make_experiment(db, atari.Args(max_episode_steps=9)), db, batch_size=2, sessions=2, seed=0)
+    play(atari.make_experiment(db, atari.Args(max_episode_steps=9)), db, batch_size=2, rounds=2, seed=0)
     batch = db.get_batch([1, 2, 3, 4])
     batch["rewards"] = np.random.default_rng(0).normal(0, 5, batch["rewards"].shape).astype(np.float32)
     # no advantage normalisation: a scale would cancel in it; the value loss shows it too
@@ -399,7 +399,7 @@ def test_bfloat16_trains_what_float32_does(tmp_path):
     import atari
 
     db = connect(f"sqlite:///{tmp_path / 'b.db'}", "b")
-    play(atari.make_experiment(db, atari.Args(max_episode_steps=9)), db, batch_size=2, sessions=2, seed=0)
+    play(atari.make_experiment(db, atari.Args(max_episode_steps=9)), db, batch_size=2, rounds=2, seed=0)
     batch = db.get_batch([1, 2, 3, 4])
     steps = {}
     for bf16 in (False, True):

@@ -15,8 +15,9 @@ from fake_experiment import FakeExperiment
 
 from tinyverse import checks, declared
 from tinyverse.database import connect
-from tinyverse.errors import Every, ExperimentError
+from tinyverse.errors import ExperimentError
 from tinyverse.evaluation import evaluate
+from tinyverse.every import Every
 from tinyverse.loader import load_experiment
 from tinyverse.player import play
 from tinyverse.trainer import train
@@ -43,7 +44,7 @@ def refused(run, exp, db) -> str:
 
 
 def one_round(exp, db):
-    return play(exp, db, batch_size=2, sessions=1)
+    return play(exp, db, batch_size=2, rounds=1)
 
 
 class Returns(gym.Wrapper):
@@ -133,7 +134,7 @@ def test_what_the_env_returns_is_checked(db, changes, problem):
 def test_uncommon_but_sound_rewards_and_flags_are_taken(db):
     # a 0-d array reward, flags as 0 and 1 (older envs): the slow path looks closer, and takes them
     exp = with_env(FakeExperiment(db, max_steps=5), step=lambda s: (s[0], np.array(2.0), int(s[2]), int(s[3]), {}))
-    assert play(exp, db, batch_size=2, sessions=2) == 4
+    assert play(exp, db, batch_size=2, rounds=2) == 4
     batch = db.get_batch([1, 2, 3, 4])
     assert (batch["rewards"] == 2.0).all() and batch["truncated"].any()
 
@@ -159,7 +160,7 @@ def test_what_the_players_other_hooks_return_is_checked(db, hook, returned, prob
 
 
 def test_what_the_trainers_hooks_return_is_checked(db):
-    play(FakeExperiment(db), db, batch_size=2, sessions=2)
+    play(FakeExperiment(db), db, batch_size=2, rounds=2)
     version = db.params_version()
     cases = [
         ("train_step", lambda batch: 0.5, 2, "train_step returned type float: return a dict of numbers"),
@@ -172,19 +173,19 @@ def test_what_the_trainers_hooks_return_is_checked(db):
         exp.prefetch = prefetch  # from the prefetch thread, or the training thread: raised alike
         setattr(exp, hook, returned)
         with pytest.raises(ExperimentError) as e:
-            train(exp, db, batch_size=2, steps=3)
+            train(exp, db, batch_size=2, updates=3)
         assert str(e.value).startswith(problem) and "\n" not in str(e.value), str(e.value)
         assert db.params_version() == version, "a trainer that broke the contract published"
         assert not db.workers(), "the trainer did not leave"
 
 
 def test_metrics_and_returns_of_any_number_type_are_taken_and_a_nan_metric_is_logged(db, caplog, monkeypatch):
-    play(FakeExperiment(db), db, batch_size=2, sessions=2)
+    play(FakeExperiment(db), db, batch_size=2, rounds=2)
     exp = FakeExperiment(db)
     monkeypatch.setattr(checks, "say", Every(60.0))  # said at most once a minute: a fresh clock for this test
     exp.train_step = lambda batch: {"loss": np.float32("nan"), "n": np.int64(3), "none": True}
     with caplog.at_level(logging.WARNING, "tinyverse.checks"):
-        train(exp, db, batch_size=2, steps=2, save_every=100)
+        train(exp, db, batch_size=2, updates=2, save_every=100)
     warned = [r.getMessage() for r in caplog.records if r.name == "tinyverse.checks"]
     assert len(warned) == 1 and "'loss': nan" in warned[0] and "at update 1 of the run" in warned[0], warned
     assert db.metrics("train")[-1]["n"] == 3.0
@@ -197,9 +198,9 @@ def boom(*args, **kwargs):
 
 def in_trainer(hook):
     def run(exp, db):
-        play(FakeExperiment(db), db, batch_size=2, sessions=2)
+        play(FakeExperiment(db), db, batch_size=2, rounds=2)
         setattr(exp, hook, boom)
-        train(exp, db, batch_size=2, steps=2)
+        train(exp, db, batch_size=2, updates=2)
 
     return run
 
@@ -209,9 +210,9 @@ def in_player(hook):
         if hook == "set_params":
             db.save_params(exp.get_params())
         if hook == "env.step":
-            return play(with_env(exp, step=boom), db, sessions=1)
+            return play(with_env(exp, step=boom), db, rounds=1)
         setattr(exp, hook, boom)
-        play(exp, db, sessions=1)
+        play(exp, db, rounds=1)
 
     return run
 
@@ -289,7 +290,7 @@ def test_a_bad_setting_is_one_line_naming_it_before_anything_is_stored(db, name,
     exp = FakeExperiment(db)
     setattr(exp, name, value)
     pace = "bad pace: " if name in ("updates_per_step", "learning_starts", "pace_slack") else ""
-    for run in (one_round, lambda exp, db: train(exp, db, batch_size=2, steps=1)):
+    for run in (one_round, lambda exp, db: train(exp, db, batch_size=2, updates=1)):
         assert refused(run, exp, db).startswith(f"{pace}the experiment's {name} is {value!r}, not ")
     assert db.params_version() is None and not db.workers()
 

@@ -305,7 +305,7 @@ def test_params_of_another_shape_are_refused_and_kept(tmp_path):
         assert proc.returncode != 0
         line = one_error_line(proc)
         assert "w: stored float32[5, 2], model wants float32[4, 2]" in line
-        assert "--prefix" in line and "clear --del-weights" in line
+        assert "--prefix" in line and "clear --del-params" in line
     assert db.params_version() == version
     np.testing.assert_array_equal(db.load_params()[1]["w"], foreign["w"])
 

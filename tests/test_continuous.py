@@ -188,9 +188,9 @@ def test_play_and_train_in_process(tmp_path, algo, noise):
     options |= {} if algo == "sac" else {"noise": noise}
     options |= {"algo": algo} if algo in ("ddpg", "td3") else {}
     args = module.Args(**options)
-    assert play(module.make_experiment(db, args), db, batch_size=2, sessions=2) == 4
+    assert play(module.make_experiment(db, args), db, batch_size=2, rounds=2) == 4
     trainer = module.make_experiment(db, args)
-    assert train(trainer, db, batch_size=2, steps=3, save_every=2) >= 2
+    assert train(trainer, db, batch_size=2, updates=3, save_every=2) >= 2
     assert trainer.updates == 3 and int(db.load_params()[1]["updates"]) == 3
     batch = db.sample_batch(4)
     assert batch["actions"].dtype == np.float32 and batch["actions"].shape == (4, 8, 1)
@@ -200,6 +200,6 @@ def test_play_and_train_in_process(tmp_path, algo, noise):
     else:
         assert (batch["info.noise"] == 0.1).all()
     player = module.make_experiment(db, args)
-    play(player, db, batch_size=1, sessions=1)
+    play(player, db, batch_size=1, rounds=1)
     assert player.updates == 3  # the trained params reached it: it acts with the policy now
     db.close()

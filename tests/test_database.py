@@ -26,8 +26,9 @@ import pytest
 import redis
 from conftest import in_thread, wait_for
 
-from tinyverse import errors
-from tinyverse.database import connect, fleet, masked
+from tinyverse import every
+from tinyverse.database import Database, connect, control, masked
+from tinyverse.database.redis import RedisDatabase
 from tinyverse.database.sqlite import TABLES, SQLiteDatabase
 from tinyverse.encoding import decode, encode, layout
 from tinyverse.errors import DatabaseError, RecordError, TinyverseError
@@ -544,7 +545,7 @@ class TestCorruptRecords:
 
     def test_the_warning_comes_at_most_once_per_interval(self, db, caplog, monkeypatch):
         clock = Clock()
-        monkeypatch.setattr(errors, "time", clock)  # the throttle of warnings (errors.Every) reads this clock
+        monkeypatch.setattr(every, "time", clock)  # the throttle of warnings (every.Every) reads this clock
         db.add_sessions([tiny(0)], capacity=BIG)
 
         def damage(n: int) -> list[int]:
@@ -619,8 +620,8 @@ class TestSettings:
 
     def test_updates_add_up(self, db):
         assert db.counter("updates") == 0
-        assert db.add_updates(3) == 3
-        assert db.add_updates(4) == 7
+        assert db.add_to_counter("updates", 3) == 3
+        assert db.add_to_counter("updates", 4) == 7
         assert db.counter("updates") == 7
         assert db.counter("corrupt") == 0  # counters are independent
 
@@ -630,7 +631,7 @@ class TestSettings:
         def add(k: int) -> list[int]:
             mine = connect(db_url, db.prefix, retry_for=30)
             try:
-                return [mine.add_updates(1) for _ in range(each)]
+                return [mine.add_to_counter("updates", 1) for _ in range(each)]
             finally:
                 mine.close()
 
@@ -651,7 +652,7 @@ class TestStopRequests:
         assert not db.stop_requested("w1")
 
     def test_a_stop_request_expires(self, db, monkeypatch):
-        monkeypatch.setattr(fleet, "STOP_TTL", 0.3)
+        monkeypatch.setattr(control, "STOP_TTL", 0.3)
         db.request_stop("gone")
         assert db.stop_requested("gone")
         wait_for(lambda: not db.stop_requested("gone"), 20, "the stop request to expire")
@@ -736,7 +737,7 @@ class TestParams:
         with pytest.raises(RecordError) as info:
             db.load_params()
         message = str(info.value)
-        assert "stored params" in message and db.prefix in message and "clear --del-weights" in message
+        assert "stored params" in message and db.prefix in message and "clear --del-params" in message
         assert "corrupt or foreign record" in message and "\n" not in message
         assert db.params_version() == 2  # the version is still readable: info can show it
         assert db.save_params(params_of(3)) == 3  # and a new publish replaces the damage
@@ -782,7 +783,7 @@ class TestMetrics:
         assert db.metrics("episodes", 0) == []
 
     def test_bounded(self, db, monkeypatch):
-        monkeypatch.setattr(fleet, "METRICS_LIMIT", 10)  # the real limit, made small enough to reach
+        monkeypatch.setattr(control, "METRICS_LIMIT", 10)  # the real limit, made small enough to reach
         for start in range(0, 25, 5):
             db.add_metrics("episodes", [episode(1.0, n=i) for i in range(start, start + 5)])
         db.add_metrics("train", [{"n": -1}])
@@ -817,7 +818,7 @@ def settle(db) -> dict:
     db.set_capacity(50)
     db.claim("options", {"lr": 0.1})
     db.claim("layout", layout(tiny(0)))
-    db.add_updates(5)
+    db.add_to_counter("updates", 5)
     raw_insert(db, b"junk")  # id 1, before any session: removed when met, and counted
     assert db.get_batch([1]) == {}
     db.request_stop("w")
@@ -875,7 +876,7 @@ class TestNamespaces:
         try:
             fill(db)
             db.claim("options", {"lr": 0.1})
-            db.add_updates(3)
+            db.add_to_counter("updates", 3)
             assert other.count_sessions() == (0, 0) and other.sample_batch(3) == {}
             assert other.params_version() is None and other.workers() == [] and other.metrics("episodes") == []
             assert other.setting("options") is None and other.counter("updates") == 0
@@ -1082,6 +1083,17 @@ def closed_port() -> int:
     from conftest import free_port
 
     return free_port()
+
+
+def test_a_backend_missing_a_primitive_cannot_be_made(tmp_path):
+    primitives = sorted(Database.__abstractmethods__)
+    assert len(primitives) == 16 and "_add" in primitives and "_namespaces" in primitives
+    assert not SQLiteDatabase.__abstractmethods__ and not RedisDatabase.__abstractmethods__
+    for missing in primitives:  # each of the others as SQLite has it: the one left out is named
+        partial = type("Partial", (Database,), {p: getattr(SQLiteDatabase, p) for p in primitives if p != missing})
+        with pytest.raises(TypeError, match=f"abstract .*{missing}"):
+            partial(f"sqlite:///{tmp_path / 'partial.db'}", "partial")
+    assert not (tmp_path / "partial.db").exists(), "refused before it opened anything"
 
 
 @pytest.mark.parametrize("url", ["mysql://localhost/x", "localhost:6379", "postgres://u@h/db", "file.db"])
@@ -1392,7 +1404,7 @@ class TestJunk:
         for use in uses:  # a save reads the version only: it replaces a junk time
             with pytest.raises(DatabaseError) as info:
                 use()
-            one_line(info.value, f"the stored params of {db.prefix}' {field}", "clear --del-weights")
+            one_line(info.value, f"the stored params of {db.prefix}' {field}", "clear --del-params")
         db.clear(params=True)
         assert db.params_version() is None and db.save_params(params_of(2)) == 1
 
@@ -1408,7 +1420,7 @@ class TestJunk:
     def test_a_junk_counter_is_one_line_when_added_to(self, db):
         raw_meta(db, "updates", "abc" if not is_sqlite(db) else "1e300")
         with pytest.raises(DatabaseError) as info:
-            db.add_updates(1)
+            db.add_to_counter("updates", 1)
         one_line(info.value, "updates", "clear --all")
 
     @pytest.mark.parametrize(

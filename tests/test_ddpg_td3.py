@@ -122,7 +122,7 @@ class ShortEpisodes(ddpg_td3.DDPG):
 def test_ou_state_is_kept_per_environment_and_reset_when_its_episode_ends(tmp_path):
     db = connect(f"sqlite:///{tmp_path / 'ou.db'}", "ou", retry_for=5)
     args = ddpg_td3.Args(algo="ddpg", noise="ou", noise_std=0.5, net_arch="8,8", session_length=4, random_warmup=False)
-    assert play(ShortEpisodes(db, args), db, batch_size=2, sessions=6) == 12
+    assert play(ShortEpisodes(db, args), db, batch_size=2, rounds=6) == 12
     batch = db.get_batch(list(range(1, 13)))  # stored in order: round r holds ids 2r+1 (env 0) and 2r+2 (env 1)
     assert batch["id"].tolist() == list(range(1, 13))
     ou = batch["memory.ou"][:, 0].reshape(6, 2)  # the noise state at each round's start, per environment

@@ -227,9 +227,9 @@ def test_play_and_train_in_process(tmp_path, monkeypatch, double, dueling, per):
     monkeypatch.setenv("TINYVERSE_WORKER_COUNT", "2")
     db = connect(f"sqlite:///{tmp_path / 't.db'}", "dqn", retry_for=5)
     args = dqn.Args(hidden=16, double=double, dueling=dueling, per=per, n_step=1 if per else 3, learning_starts=0)
-    assert play(dqn.DQN(db, args), db, batch_size=2, sessions=2) == 4
+    assert play(dqn.DQN(db, args), db, batch_size=2, rounds=2) == 4
     exp = dqn.DQN(db, args)
-    assert train(exp, db, batch_size=2, steps=3, save_every=2) >= 2
+    assert train(exp, db, batch_size=2, updates=3, save_every=2) >= 2
     assert exp.updates == 3 and (exp.per is not None) == per
     assert db.sample_batch(1)["info.epsilon"][0] == 1.0  # recorded per session; no update was seen yet
     db.close()
@@ -238,7 +238,7 @@ def test_play_and_train_in_process(tmp_path, monkeypatch, double, dueling, per):
 def test_a_batch_per_player_counts_as_that_many_updates_in_every_schedule(tmp_path):
     db = connect(f"sqlite:///{tmp_path / 't.db'}", "dqn", retry_for=5)
     args = dqn.Args(hidden=16, batch_sessions=2, target_every=4, learning_starts=0, batch_per_player=True)
-    play(dqn.DQN(db, args), db, batch_size=4, sessions=2)
+    play(dqn.DQN(db, args), db, batch_size=4, rounds=2)
     exp = dqn.DQN(db, args)
     assert exp.batch_per_player and exp.train_batch_size == 2
     players = [Worker(db, "player") for _ in range(2)]
@@ -246,7 +246,7 @@ def test_a_batch_per_player_counts_as_that_many_updates_in_every_schedule(tmp_pa
         w.beat(force=True)  # two live players: batches of 4 sessions, each counted as 2 updates
     copies = []
     exp.target.load_state_dict = lambda state: copies.append(exp.updates)
-    train(exp, db, batch_size=2, steps=3, save_every=10)
+    train(exp, db, batch_size=2, updates=3, save_every=10)
     # 3 updates on 2 x batch_sessions are 6 updates' worth: the target is loaded at 0 (stored params), copied at 4
     assert exp.updates == 6 and copies == [0, 4]
     assert db.counter("updates") == 6, "the core's pace counts the same"

@@ -216,7 +216,7 @@ def test_plot_writes_a_png(tmp_path):
 def test_info_text_of_an_empty_namespace(db):
     head, *rest = info_text(db).splitlines()
     assert head == f"[{db.prefix}] {db.url}"
-    assert rest == ["  empty: start a player with python -m tinyverse EXPERIMENT.py play"]  # not from a CLI
+    assert rest == [f"  empty: start a player with python -m tinyverse EXPERIMENT.py play --prefix {db.prefix}"]
     db.add_metrics("train", [{"time": time.time(), "updates": 1}])  # metrics alone: still nothing to show
     assert info_text(db).splitlines()[1:] == rest
     db.add_sessions([{"x": np.zeros(2)}], capacity=10)
@@ -276,7 +276,7 @@ def test_clear_all_keeps_the_stop_requests_of_workers_on_other_machines(tmp_path
         db.add_sessions([{"x": np.zeros(3)}] * 4, capacity=10)
         db.save_params({"w": np.ones(2)})
         db.add_metrics("episodes", [{"return": 1.0}])
-        db.add_updates(5)
+        db.add_to_counter("updates", 5)
         db.claim("options", {"epsilon": 0.5})
         remote = {"id": "player-far-2", "role": "player", "host": "far-away-box", "pid": 99, "started": 0}
         db.heartbeat(remote["id"], remote, ttl=60)  # it never leaves: clear waits a while, then deletes anyway

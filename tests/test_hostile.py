@@ -152,8 +152,8 @@ def seeded(url: str, prefix: str) -> None:
     db = connect(url, prefix, retry_for=5)
     try:
         exp = load_experiment(str(FAKE), db, {"max_steps": "5"})  # 5-step episodes: returns get stored
-        play(exp, db, batch_size=2, sessions=3)
-        train(exp, db, batch_size=2, steps=2, save_every=1, report_every=0)
+        play(exp, db, batch_size=2, rounds=3)
+        train(exp, db, batch_size=2, updates=2, save_every=1, report_every=0)
     finally:
         db.close()
 

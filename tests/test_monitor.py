@@ -117,7 +117,7 @@ def test_info_and_run_name_slow_players_as_the_bottleneck_once_learning_started(
     db.heartbeat("trainer-1", warming)
     assert "before learning starts" in warming["waiting"] and "limit" not in info_text(db), "warming up: no verdict"
     pace, spec = pace_of(db)
-    db.add_updates(100)  # ahead of the 40 updates that 160 env steps allow
+    db.add_to_counter("updates", 100)  # ahead of the 40 updates that 160 env steps allow
     db.heartbeat("trainer-1", {**warming, "pace": spec, "waiting": pace.trainer_waits()})
     assert (
         "players are the bottleneck: 20 env steps/s hold the trainers to 5 updates/s at 0.25 updates an env "

@@ -24,7 +24,7 @@ class RunsDry(FakeExperiment):
 
 
 def test_a_stopped_trainer_counts_only_its_updates(db):
-    play(FakeExperiment(db), db, batch_size=2, sessions=2)
+    play(FakeExperiment(db), db, batch_size=2, rounds=2)
     exp = RunsDry(db, batches=5)
     exp.updates_per_step = 1.0  # a pace, so that updates are counted
     train_until_waiting(exp, db, "for a batch", batch_size=exp.train_batch_size, save_every=100)
@@ -37,7 +37,7 @@ def test_the_pace_counts_an_update_by_its_batch(db, batch_size, counted):
     # train -b B makes B / train_batch_size updates' worth of samples: a bigger batch, fewer updates
     T = 5
     exp = FakeExperiment(db, session_length=T)
-    play(exp, db, batch_size=4, sessions=5)  # 20 sessions, 100 env steps
+    play(exp, db, batch_size=4, rounds=5)  # 20 sessions, 100 env steps
     exp.updates_per_step, exp.learning_starts, exp.pace_slack = 0.4, 0, 0  # 40 updates of 4 sessions
     train_until_waiting(exp, db, "for players", batch_size=batch_size, save_every=1000)
     made = int(exp.updates[0])
@@ -49,17 +49,17 @@ def test_the_pace_counts_an_update_by_its_batch(db, batch_size, counted):
 def test_a_bad_pace_is_one_clear_error_before_anything_is_stored(db, bad):
     exp = FakeExperiment(db, **{"updates_per_step": 1.0, **bad})
     with pytest.raises(ExperimentError, match="bad pace") as e:
-        play(exp, db, sessions=1)
+        play(exp, db, rounds=1)
     assert next(iter(bad)) in str(e.value) and "\n" not in str(e.value)
     assert db.count_sessions() == (0, 0) and db.params_version() is None
 
 
 def test_players_wait_while_ahead_by_more_than_the_slack_and_trainers_until_learning_starts(db):
     exp = FakeExperiment(db, session_length=5, updates_per_step=0.5, learning_starts=10, pace_slack=5)
-    play(exp, db, batch_size=2, sessions=2)  # 20 env steps: a lead of 20 - 10 = 10 after the second round
+    play(exp, db, batch_size=2, rounds=2)  # 20 env steps: a lead of 20 - 10 = 10 after the second round
     pace = Pace(exp, db)
     assert pace.player_waits() == "for the trainers: 0 updates for 20 env steps, target 0.5 an env step"
-    db.add_updates(3)  # a lead of 10 - 3 / 0.5 = 4
+    db.add_to_counter("updates", 3)  # a lead of 10 - 3 / 0.5 = 4
     assert pace.player_waits() is None
     exp.updates_per_step = None
     assert Pace(exp, db).player_waits() is None, "without a ratio players run free"

@@ -29,7 +29,7 @@ def mismatch(got: dict) -> str:
         check_params(EXPECTED, got, "sqlite:///x.db prefix p")
     message = str(info.value)
     assert "sqlite:///x.db prefix p" in message
-    assert "--prefix" in message and "clear --del-weights" in message, "the message says what to do"
+    assert "--prefix" in message and "clear --del-params" in message, "the message says what to do"
     assert "\n" not in message
     return message
 
@@ -72,14 +72,14 @@ def test_params_of_another_shape_raise_params_mismatch(db, loop):
     exp = FakeExperiment(db)
     with pytest.raises(ParamsMismatch) as e:
         if loop == "train":
-            train(exp, db, batch_size=1, steps=1)
+            train(exp, db, batch_size=1, updates=1)
         elif loop == "play":
-            play(exp, db, sessions=1)
+            play(exp, db, rounds=1)
         else:
             evaluate(exp, db, episodes=1)
     message = str(e.value)
     assert "w: stored float32[5, 2], model wants float32[4, 2]" in message
-    assert "--prefix" in message and "--del-weights" in message
+    assert "--prefix" in message and "--del-params" in message
     assert "\n" not in message
     # nothing stored is touched
     assert db.params_version() == version
@@ -162,7 +162,7 @@ def test_resume_of_params_of_another_shape_raises_and_keeps_them(db):
 
 def test_an_init_of_nan_is_never_stored(db):
     exp = FakeExperiment(db, w_scale=np.nan)  # a broken init: w all NaN
-    for run in (lambda: play(exp, db, sessions=1), lambda: train(exp, db, batch_size=1, steps=1)):
+    for run in (lambda: play(exp, db, rounds=1), lambda: train(exp, db, batch_size=1, updates=1)):
         with pytest.raises(ExperimentError) as e:
             run()
         assert str(e.value) == "params w hold NaN or inf at the experiment's init: fix it"
@@ -171,17 +171,17 @@ def test_an_init_of_nan_is_never_stored(db):
 
 
 def test_a_trainer_that_diverges_stops_and_the_last_good_params_stay_published(db):
-    play(FakeExperiment(db), db, batch_size=2, sessions=2)
+    play(FakeExperiment(db), db, batch_size=2, rounds=2)
     exp = FakeExperiment(db, on_train=lambda update: exp.w.fill(np.inf) if update == 3 else None)
     with pytest.raises(ExperimentError) as e:  # publishes after update 2, then finds inf at update 4's push
-        train(exp, db, batch_size=exp.train_batch_size, steps=10, save_every=2)
+        train(exp, db, batch_size=exp.train_batch_size, updates=10, save_every=2)
     fix = f"not published (v{db.params_version()} stays); lower the learning rate"
     assert str(e.value) == f"params w hold NaN or inf after update 4 of the run: {fix}"
     version, params = db.load_params()
     assert np.isfinite(params["w"]).all() and params["updates"][0] == 2, "the last good params are the stored ones"
     assert not db.workers(), "the trainer did not stop"
     # a player keeps playing the good params
-    assert play(FakeExperiment(db), db, sessions=1) == 1 and db.params_version() == version
+    assert play(FakeExperiment(db), db, rounds=1) == 1 and db.params_version() == version
 
 
 # -- Publisher: trainers pushing deltas -----------------------------------------------

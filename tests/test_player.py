@@ -96,7 +96,7 @@ def test_player_records_sessions_across_episode_boundaries(db, max_steps):
     B, T, rounds = 2, 8, 6
     exp = FakeExperiment(db, session_length=T, max_steps=max_steps, w_scale=0.0, epsilon=0.0)
     spy = Spy(db)
-    assert play(exp, spy, batch_size=B, sessions=rounds, seed=1) == B * rounds
+    assert play(exp, spy, batch_size=B, rounds=rounds, seed=1) == B * rounds
     assert [len(b) for b in spy.batches] == [B] * rounds
 
     version = db.params_version()
@@ -158,7 +158,7 @@ def test_player_records_sessions_across_episode_boundaries(db, max_steps):
 def test_player_resets_memory_when_an_episode_ends(db):
     exp = FakeExperiment(db, session_length=8, max_steps=5)  # an episode ends within every session
     spy = Spy(db)
-    play(exp, spy, batch_size=3, sessions=4)
+    play(exp, spy, batch_size=3, rounds=4)
     for i, env in enumerate(exp.envs):
         expected, _ = expected_sessions(env, 4, 8)
         steps = [int(batch[i]["memory.steps"]) for batch in spy.batches]
@@ -168,14 +168,14 @@ def test_player_resets_memory_when_an_episode_ends(db):
 
 def test_player_seeds_random_params_only_when_none_exist(db):
     first = FakeExperiment(db)
-    play(first, db, sessions=1)
+    play(first, db, rounds=1)
     version, params = db.load_params()
     np.testing.assert_array_equal(params["w"], first.w)
     assert params["updates"][0] == 0
 
     second = FakeExperiment(db)  # another random init: must load the stored one, not replace it
     assert not np.array_equal(second.w, first.w)
-    play(second, db, sessions=1)
+    play(second, db, rounds=1)
     assert db.params_version() == version
     np.testing.assert_array_equal(db.load_params()[1]["w"], first.w)
     np.testing.assert_array_equal(second.w, first.w)
@@ -185,7 +185,7 @@ def test_player_seeds_random_params_only_when_none_exist(db):
     assert trained_version == 10
     third = FakeExperiment(db)
     spy = Spy(db)
-    play(third, spy, sessions=2)
+    play(third, spy, rounds=2)
     assert db.params_version() == trained_version
     for key, value in db.load_params()[1].items():
         np.testing.assert_array_equal(value, trained[key])
@@ -205,7 +205,7 @@ def test_player_loads_new_params_only_when_the_version_changes(db, sync_every):
     db.save_params(FakeExperiment().get_params())  # another player's init, loaded at start
     exp = FakeExperiment(db, on_round=publish_after_first_round)
     spy = Spy(db)
-    play(exp, spy, sessions=6, sync_every=sync_every)
+    play(exp, spy, rounds=6, sync_every=sync_every)
     first = int(spy.batches[0][0]["version"])
     new = published["version"]
     assert new > first
@@ -255,7 +255,7 @@ def test_per_tick_outputs_of_act_are_stored_with_the_sessions(db):
     # act may return (actions, memory, outputs): each output is recorded per tick, beside the actions
     B, T = 3, 8
     exp = FakeExperiment(db, session_length=T, max_steps=5, outputs=True)  # episodes end inside sessions
-    assert play(exp, db, batch_size=B, sessions=2) == 2 * B
+    assert play(exp, db, batch_size=B, rounds=2) == 2 * B
     batch = db.get_batch([1, 2, 3, 4, 5, 6])
     assert batch["outputs.obs_sum"].shape == (6, T) and batch["outputs.obs_sum"].dtype == np.float32
     assert batch["outputs.twice"].shape == (6, T, 2) and batch["outputs.twice"].dtype == np.int64
@@ -268,7 +268,7 @@ def test_per_tick_outputs_of_act_are_stored_with_the_sessions(db):
     trainer, seen = FakeExperiment(db, session_length=T, outputs=True), []
     step = trainer.train_step
     trainer.train_step = lambda batch: (seen.append(batch), step(batch))[1]
-    train(trainer, db, batch_size=2, steps=1)
+    train(trainer, db, batch_size=2, updates=1)
     assert seen[0]["outputs.obs_sum"].shape == (2, T)
     assert len(evaluate(FakeExperiment(db, max_steps=5, outputs=True), db, episodes=2)) == 2
 
@@ -286,7 +286,7 @@ def test_outputs_of_the_wrong_kind_are_one_clear_error(db, extra, problem):
     act = exp.act
     exp.act = lambda o, m, greedy=False: (*act(o, m, greedy), *extra(o))
     with pytest.raises(TinyverseError, match=re.escape(problem)):
-        play(exp, db, batch_size=2, sessions=1)
+        play(exp, db, batch_size=2, rounds=1)
     assert db.count_sessions() == (0, 0), "nothing was stored"
 
 

@@ -93,7 +93,7 @@ def test_memory_is_stored_at_session_start_and_reset_at_episode_ends(db):
     exp = recurrent.make_experiment(db, recurrent.Args(max_episode_steps=16))
     spy = Spy(exp)
     rounds, B, T = 3, 2, exp.session_length
-    assert play(exp, db, batch_size=B, sessions=rounds, seed=0) == rounds * B
+    assert play(exp, db, batch_size=B, rounds=rounds, seed=0) == rounds * B
     batch = db.get_batch(list(range(1, rounds * B + 1)))
     assert batch["memory.h"].shape == (rounds * B, 64) and batch["memory.h"].dtype == np.float32
     ended = (batch["terminated"] | batch["truncated"]).reshape(rounds, B, T).transpose(1, 0, 2).reshape(B, -1)
@@ -131,7 +131,7 @@ def test_the_trainer_replays_what_the_players_saw(tmp_path, net, window):
     """Windows of past observations (memory.frames) with or without a GRU: the recorded log-probabilities again."""
     db = connect(f"sqlite:///{tmp_path / 'w.db'}", "w")
     exp = recurrent.make_experiment(db, recurrent.Args(net=net, window=window, max_episode_steps=9))
-    play(exp, db, batch_size=2, sessions=2, seed=1)
+    play(exp, db, batch_size=2, rounds=2, seed=1)
     batch = db.get_batch([1, 2, 3, 4])
     assert ("memory.frames" in batch) == (window > 1) and ("memory.h" in batch) == (net == "gru")
     if window > 1:
@@ -147,7 +147,7 @@ def test_the_trainer_replays_what_the_players_saw(tmp_path, net, window):
 def test_train_step_trains_and_measures_the_lag(tmp_path, burn_in):
     db = connect(f"sqlite:///{tmp_path / 't.db'}", "t")
     exp = recurrent.make_experiment(db, recurrent.Args(burn_in=burn_in))
-    play(exp, db, batch_size=4, sessions=2, seed=0)
+    play(exp, db, batch_size=4, rounds=2, seed=0)
     exp.prepare_training()
     assert exp.sample(db, 16) == {}, "too few sessions yet: 'not yet', at once"
     batch = exp.sample(db, 8)
@@ -281,7 +281,7 @@ def test_doom_attention_replays_what_the_players_saw_and_draws_it(monkeypatch, t
     db = connect(f"sqlite:///{tmp_path / 'a.db'}", "a")
     args = recurrent.Args(env_id="VizdoomDefendCenter-v1", attention=2, hidden=32, max_episode_steps=12)
     exp = recurrent.make_experiment(db, args)
-    play(exp, db, batch_size=2, sessions=1, seed=0)
+    play(exp, db, batch_size=2, rounds=1, seed=0)
     batch = db.get_batch([1, 2])
     exp.prepare_training()
     logp = exp.forward(batch)[0][:, :-1].log_softmax(-1)

@@ -20,14 +20,14 @@ from tinyverse.workers import Worker
 
 @pytest.mark.parametrize("prefetch", [2, 0])  # a background thread, or fetching in the training thread
 def test_trainer_resumes_from_stored_params_and_publishes_every_s_steps(db, prefetch):
-    play(FakeExperiment(db), db, batch_size=2, sessions=3)
+    play(FakeExperiment(db), db, batch_size=2, rounds=3)
     trained = {"w": np.full((4, 2), 0.25, np.float32), "updates": np.array([7])}
     start = db.save_params(trained, min_version=5)
 
     seen = []
     exp = FakeExperiment(db, on_train=lambda update: seen.append(db.params_version()))
     exp.prefetch = prefetch
-    final = train(exp, db, batch_size=3, steps=5, save_every=2, report_every=0.0)
+    final = train(exp, db, batch_size=3, updates=5, save_every=2, report_every=0.0)
     assert exp.prepared
     # published after updates 2 and 4, and the rest at the end: versions grow by one each time
     assert seen == [start, start, start + 1, start + 1, start + 2]
@@ -40,13 +40,13 @@ def test_trainer_resumes_from_stored_params_and_publishes_every_s_steps(db, pref
     assert not [w for w in db.workers() if w["role"] == "trainer"], "a finished trainer leaves the worker list"
 
     # a second trainer continues from there: the version never goes back
-    again = train(FakeExperiment(db), db, batch_size=3, steps=2, save_every=100)
+    again = train(FakeExperiment(db), db, batch_size=3, updates=2, save_every=100)
     assert again == start + 4
     assert db.load_params()[1]["updates"][0] == 14
 
 
 def test_trainer_waits_for_sessions_then_starts(db):
-    thread, outcome = in_thread(lambda: train(FakeExperiment(db), db, batch_size=2, steps=3, save_every=100))
+    thread, outcome = in_thread(lambda: train(FakeExperiment(db), db, batch_size=2, updates=3, save_every=100))
     try:
         # registered, and saying in its heartbeat what it waits for
         waiting = wait_for(lambda: trainer_waiting(db, "for sessions"), 30, "the trainer to wait for sessions")
@@ -56,7 +56,7 @@ def test_trainer_waits_for_sessions_then_starts(db):
         assert thread.is_alive() and "error" not in outcome, outcome
         assert db.count_sessions()[0] == 0
     finally:
-        play(FakeExperiment(db), db, batch_size=2, sessions=1)
+        play(FakeExperiment(db), db, batch_size=2, rounds=1)
         thread.join(timeout=60)
     assert not thread.is_alive(), "the trainer did not start once sessions were there"
     if "error" in outcome:
@@ -66,11 +66,11 @@ def test_trainer_waits_for_sessions_then_starts(db):
 
 
 def test_train_step_error_is_raised_and_nothing_bad_is_published(db):
-    play(FakeExperiment(db), db, batch_size=2, sessions=2)
+    play(FakeExperiment(db), db, batch_size=2, rounds=2)
     start = db.params_version()
     exp = FakeExperiment(db, fail_at=4)
     with pytest.raises(ExperimentError, match="^train_step raised RuntimeError: train_step failed at update 4"):
-        train(exp, db, batch_size=2, steps=10, save_every=2)
+        train(exp, db, batch_size=2, updates=10, save_every=2)
     version, params = db.load_params()
     assert version == start + 1, "only the publish after update 2 may happen"
     assert params["updates"][0] == 2
@@ -79,7 +79,7 @@ def test_train_step_error_is_raised_and_nothing_bad_is_published(db):
 
 
 def test_a_batch_per_player_grows_and_shrinks_with_the_live_players(db):
-    play(FakeExperiment(db), db, batch_size=4, sessions=5)  # 20 sessions
+    play(FakeExperiment(db), db, batch_size=4, rounds=5)  # 20 sessions
     players = [Worker(db, "player") for _ in range(3)]
     for w in players:
         w.beat(force=True)
@@ -88,17 +88,17 @@ def test_a_batch_per_player_grows_and_shrinks_with_the_live_players(db):
     exp.batch_per_player, exp.prefetch, exp.updates_per_step = True, 0, 100.0  # a pace: updates are counted
     step = exp.train_step
     exp.train_step = lambda batch: (sizes.append(len(batch["rewards"])), step(batch))[1]
-    train(exp, db, batch_size=2, steps=6, report_every=0)  # looks at the players after every update
+    train(exp, db, batch_size=2, updates=6, report_every=0)  # looks at the players after every update
     assert sizes == [6, 6, 6, 2, 2, 2], "2 sessions a live player"
     assert db.counter("updates") == (3 * 6 + 3 * 2) // exp.train_batch_size, "counted by samples"
 
 
 def test_a_batch_too_big_for_memory_is_refused_before_anything_is_stored(db):
-    play(FakeExperiment(db), db, batch_size=2, sessions=1)
+    play(FakeExperiment(db), db, batch_size=2, rounds=1)
     version = db.params_version()
     exp = FakeExperiment(db)
     with pytest.raises(ExperimentError) as e:
-        train(exp, db, batch_size=10**9, steps=1)
+        train(exp, db, batch_size=10**9, updates=1)
     message = str(e.value)
     each = sum(a.nbytes for k, a in db.get_batch([1]).items() if k != "id")  # a session's bytes
     assert message.startswith(f"a batch of 1,000,000,000 sessions of {each} bytes, {each / 2**30 * 1e9:,.1f} GiB, ")
@@ -107,7 +107,7 @@ def test_a_batch_too_big_for_memory_is_refused_before_anything_is_stored(db):
 
 
 def test_a_stop_never_waits_for_a_sample(db):
-    play(FakeExperiment(db), db, batch_size=2, sessions=2)
+    play(FakeExperiment(db), db, batch_size=2, rounds=2)
     before, release = set(threading.enumerate()), threading.Event()
     exp = FakeExperiment(db)
     exp.sample = lambda db, batch_size: release.wait(60) and {}  # a sample that takes a minute
@@ -157,18 +157,19 @@ def test_sigterm_stops_a_trainer_within_2_s_while_its_prefetch_thread_samples(tm
     db.close()
 
 
-def test_train_b_1000000000_is_one_line_at_once(tmp_path):
+def test_train_b_1000000_of_big_sessions_is_one_line_at_once(tmp_path):
     fake, url = ROOT / "tests" / "fake_experiment.py", f"sqlite:///{tmp_path / 'run.db'}"
-    run_cli(fake, "play", "-n", "1", "-q", "--db", url, cwd=tmp_path)
+    # sessions of 20,000 ticks, about 1 MB each: a million of them (train -b's cap) is a terabyte
+    run_cli(fake, "play", "-n", "1", "-q", "--db", url, "--set", "session_length=20000", cwd=tmp_path)
     start = time.monotonic()
-    proc = run_cli(fake, "train", "-b", "1000000000", "-q", "--db", url, cwd=tmp_path, check=False, timeout=60)
+    proc = run_cli(fake, "train", "-b", "1000000", "-q", "--db", url, cwd=tmp_path, check=False, timeout=60)
     assert proc.returncode == 1 and time.monotonic() - start < 30, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith("tinyverse: error: argument -b/--batch-size: want at most 1,000,000 sessions"), line
+    assert line.startswith("tinyverse: error: a batch of 1,000,000 sessions of ") and "lower train -b" in line
 
 
 def test_a_batch_over_half_the_memory_is_refused_before_sampling(db):
     """The CLI caps -b; a caller of train() with a batch that cannot fit is refused by its size."""
-    play(FakeExperiment(db), db, batch_size=2, sessions=1)
+    play(FakeExperiment(db), db, batch_size=2, rounds=1)
     with pytest.raises(ExperimentError, match=r"a batch of 1,000,000,000,000 sessions of .* lower train -b"):
-        train(FakeExperiment(db), db, batch_size=10**12, steps=1)
+        train(FakeExperiment(db), db, batch_size=10**12, updates=1)

@@ -1,4 +1,4 @@
-"""Workers: registration and heartbeats, waiting while heartbeating, the shared loop, warm shutdown on signals."""
+"""Workers: registration and heartbeats, waiting while heartbeating, warm shutdown on signals (in the loops too)."""
 
 import hashlib
 import json
@@ -13,10 +13,13 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import REDIS_PASSWORD, ROOT, in_thread, joined, run_cli, spawn, wait_for
+from fake_experiment import FakeExperiment
 
 from tinyverse import identity
 from tinyverse.database import connect
 from tinyverse.errors import masked
+from tinyverse.player import play
+from tinyverse.trainer import train
 from tinyverse.workers import HEARTBEAT_EVERY, Worker, digest
 
 
@@ -52,20 +55,27 @@ def test_heartbeats_carry_counters_at_most_every_two_seconds(db):
         assert again["updates"] == 3 and again["time"] >= first
 
 
-def test_run_steps_the_given_times_or_until_a_step_says_stop(db):
+def test_a_stop_request_is_heard_at_the_next_heartbeat(db):
     with Worker(db, "player") as worker:
-        done = []
-        worker.run(3, lambda: done.append(1) and False)
-        assert len(done) == 3
-        worker.run(None, lambda: done.append(1) or len(done) == 5)  # for ever, until it returns True
-        assert len(done) == 5
+        assert worker.beat(force=True) is False and not worker.stop
+        db.request_stop(worker.id)
+        assert worker.beat(sessions=1) is False and not worker.stop, "no look at the database within 2 s"
+        assert worker.beat(force=True) is True and worker.stop, "asked: the loops see worker.stop"
+    assert registered(db, worker) is None
 
 
 def test_a_waiting_worker_says_why_and_a_stop_request_ends_the_wait(db):
     worker = Worker(db, "trainer")
     steps = []
+
+    def wait_then_step():  # as the loops wait: idle while something is missing, then work
+        while worker.idle("for players"):
+            pass
+        if not worker.stop:
+            steps.append(1)
+
     with worker:
-        thread, outcome = in_thread(lambda: worker.run(None, lambda: steps.append(1), lambda: "for players"))
+        thread, outcome = in_thread(wait_then_step)
         waiting = wait_for(lambda: (registered(db, worker) or {}).get("waiting"), 30, "the reason in the heartbeat")
         assert waiting == "for players"
         db.request_stop(worker.id)
@@ -73,27 +83,41 @@ def test_a_waiting_worker_says_why_and_a_stop_request_ends_the_wait(db):
     assert steps == [] and worker.stop, "no step without what it waited for"
 
 
-def test_waits_are_asked_in_order_and_a_grant_clears_the_reason(db):
-    asked, answers = [], iter(["for a batch", None])
+def test_a_beat_after_the_wait_clears_the_reason(db):
     with Worker(db, "trainer") as worker:
-        first = lambda: asked.append("first") or next(answers)  # noqa: E731
-        worker.run(1, lambda: False, first, lambda: asked.append("second"))
-        assert asked == ["first", "first", "second"] and worker.info["waiting"] is None
+        assert worker.idle("for a batch") and worker.info["waiting"] == "for a batch"
+        worker.beat(force=True, updates=1)
+        assert worker.info["waiting"] is None and registered(db, worker)["waiting"] is None
 
 
-def test_sigterm_finishes_the_step_then_stops_and_a_second_signal_interrupts(db):
-    def step():
-        os.kill(os.getpid(), signal.SIGTERM)  # handled in this (main) thread before kill returns
-        steps.append(1)
-        return False
+def test_sigterm_finishes_the_round_then_stops_and_a_second_signal_interrupts(db):
+    def sigterm_in_round(rnd):
+        if rnd == 2:
+            os.kill(os.getpid(), signal.SIGTERM)  # handled in this (main) thread before kill returns
 
-    steps, before = [], signal.getsignal(signal.SIGTERM)
+    before = signal.getsignal(signal.SIGTERM)
+    exp = FakeExperiment(db, on_round=sigterm_in_round)
+    assert play(exp, db, batch_size=2) == 4, "the round finished, no other began"
+    assert db.count_sessions().added == 4 and not db.workers()
+    assert signal.getsignal(signal.SIGTERM) is before, "the handlers are restored"
     with Worker(db, "player") as worker:
-        worker.run(None, step, lambda: None)
-        assert steps == [1] and worker.stop, "the step finished, no other began"
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert worker.stop and not worker.idle("for the trainers"), "a wait ends on a stop"
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
-    assert signal.getsignal(signal.SIGTERM) is before, "the handlers are restored"
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_sigterm_finishes_the_update_then_publishes_and_stops(db):
+    def sigterm_in_update(n):
+        if n == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    play(FakeExperiment(db), db, batch_size=2, rounds=2)
+    exp = FakeExperiment(db, on_train=sigterm_in_update)
+    version = train(exp, db, batch_size=2, save_every=100)  # for ever, but for the signal
+    assert version == db.params_version() and db.load_params()[1]["updates"][0] == 3, "a warm stop publishes"
+    assert not db.workers()
 
 
 # -- the token that lets clear signal a worker, and nothing else -------------------------------------------------------

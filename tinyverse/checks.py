@@ -1,6 +1,5 @@
-"""What hooks return, checked against the contract (:class:`~tinyverse.Experiment`; what an
-experiment declares: :mod:`tinyverse.declared`): each problem one line naming the hook, what came
-back and what was expected. Hot hooks are checked in full at first, then by a few comparisons."""
+"""Hooks' returns checked against the contract (:class:`~tinyverse.Experiment`): a problem is one
+line naming the hook, what came back and what it wants; hot hooks in full at first, then briefly."""
 
 import logging
 import math
@@ -11,7 +10,8 @@ import traceback
 import gymnasium as gym
 import numpy as np
 
-from .errors import Every, ExperimentError, TinyverseError
+from .errors import ExperimentError, TinyverseError
+from .every import Every
 
 log = logging.getLogger(__name__)
 LIBRARIES = {sysconfig.get_path(k) for k in ("stdlib", "purelib", "platlib")}

@@ -1,4 +1,5 @@
-"""The runner: ``python -m tinyverse [EXPERIMENT.py] MODE [options]``; each mode's docstring is its --help."""
+"""The runner: ``python -m tinyverse [EXPERIMENT.py] MODE [options]``; a mode's docstring is its
+--help."""
 
 import argparse
 import logging
@@ -8,9 +9,9 @@ import sys
 from itertools import pairwise
 from pathlib import Path
 
-from . import __version__, errors
-from .database import connect, url_from
-from .errors import TinyverseError, masked
+from . import __version__
+from .database import TOOL_WAIT, connect, url_from
+from .errors import TinyverseError, command, masked, typed
 from .evaluation import evaluate
 from .flags import FLAGS, within
 from .loader import load_experiment, parse_set
@@ -21,34 +22,33 @@ from .trainer import train
 
 def mode_play(args):
     """Play B environments and record sessions into the database (runs until stopped)."""
-    exp = load_experiment(args.experiment, db := _db(args), args.options)
-    play(exp, db, args.batch_size or exp.play_batch_size, args.rounds, args.sync_every, args.seed)
+    db = connect(args.url, args.prefix, capacity=args.buffer_size)
+    exp = load_experiment(args.experiment, db, args.options)
+    batch_size = args.batch_size or exp.play_batch_size
+    play(exp, db, batch_size, args.rounds, args.sync_every, args.seed)
 
 
 def mode_train(args):
     """Train on sessions sampled from the database and publish params (runs until stopped)."""
-    exp = load_experiment(args.experiment, db := _db(args), args.options)
-    events = tensorboard.EventWriter(args.logdir, db) if args.logdir else None  # it flushes at each report
-    b, every = args.batch_size or exp.train_batch_size, args.save_every or exp.save_every
-    train(exp, db, b, args.updates, every, sync=args.sync, on_report=events and events.report)
+    db = connect(args.url, args.prefix, capacity=args.buffer_size)
+    exp = load_experiment(args.experiment, db, args.options)
+    events = tensorboard.EventWriter(args.logdir, db) if args.logdir else None  # flushed at reports
+    batch_size = args.batch_size or exp.train_batch_size
+    save_every = args.save_every or exp.save_every
+    on_report = events and events.report
+    train(exp, db, batch_size, args.updates, save_every, sync=args.sync, on_report=on_report)
 
 
 def mode_eval(args):
-    """Play N full episodes with the latest params (or a file's) and print each return and mean ± std."""
+    """Play N full episodes with the latest params (or a file's); print each return, mean ± std."""
     record = None if args.no_record else args.record
     if args.params:  # no database: the file holds the params and the options
         exp, meta, _ = export.load(args.params, args.experiment, args.options)
         evaluate(exp, None, args.episodes, record, args.seed, version=int(meta["version"]))
     else:
-        db = connect(args.url, args.prefix, retry_for=30, create=False)
-        evaluate(load_experiment(args.experiment, db, args.options), db, args.episodes, record, args.seed)
-
-
-def _db(args):
-    db = connect(args.url, args.prefix)
-    if args.buffer_size:
-        db.set_capacity(args.buffer_size)
-    return db
+        db = connect(args.url, args.prefix, TOOL_WAIT, create=False)
+        exp = load_experiment(args.experiment, db, args.options)
+        evaluate(exp, db, args.episodes, record, args.seed)
 
 
 MODES = {"play": mode_play, "train": mode_train, "run": launcher.mode_run, "eval": mode_eval}
@@ -80,73 +80,89 @@ class _Parser(argparse.ArgumentParser):
 def build_parser(epilog: str | None = None, positionals: bool = True) -> argparse.ArgumentParser:
     """The parser of every mode; ``epilog`` ends each experiment mode's --help (its options);
     ``positionals`` False: a mode's positional arguments may be left out."""
-    common, experiment = argparse.ArgumentParser(add_help=False), argparse.ArgumentParser(add_help=False)
+    common = argparse.ArgumentParser(add_help=False)  # the flags of every mode
+    experiment = argparse.ArgumentParser(add_help=False)  # and of those that load an experiment
     g = common.add_argument_group("database")
-    urls = "sqlite:///file.db (default, $TINYVERSE_DB), redis://[user:password@]host:port/0, rediss://"
+    urls = "sqlite:///file.db (default, $TINYVERSE_DB), redis://[user:password@]host:port/0, "
+    urls += "rediss://"
     g.add_argument("--db", dest="url", help=urls)
     g.add_argument("--host", help="Redis host: shorthand for --db redis://HOST:PORT/0")
     g.add_argument("--port", **within(1, 65535), help="Redis port (default 6379)")
     g.add_argument("--password", help="Redis password (ps shows it: prefer $TINYVERSE_DB)")
-    g.add_argument("--tls-ca", metavar="FILE", help="TLS to Redis: the CA certificate that signed the server's")
-    g.add_argument("--prefix", "--key-prefix", help="namespace in the database (default: the experiment's name)")
-    common.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    tls = "TLS to Redis: the CA certificate that signed the server's"
+    g.add_argument("--tls-ca", metavar="FILE", help=tls)
+    namespace = "namespace in the database (default: the experiment's name)"
+    g.add_argument("--prefix", "--key-prefix", help=namespace)
+    more = "more log output (-vv for debug)"
+    common.add_argument("-v", "--verbose", action="count", default=0, help=more)
     common.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
     g = experiment.add_argument_group("experiment")
     kept = "an option of the experiment; the first worker stores them, later ones adopt them"
-    g.add_argument(
-        "--set", dest="options", metavar="NAME=VALUE", type=parse_set, action="append", default=[], help=kept
-    )
-    g.add_argument("--device", help="sets $TINYVERSE_DEVICE for the experiment (auto, cpu, cuda, cuda:1, ...)")
+    sets = {"dest": "options", "metavar": "NAME=VALUE", "type": parse_set, "action": "append"}
+    g.add_argument("--set", **sets, default=[], help=kept)
+    device = "sets $TINYVERSE_DEVICE for the experiment (auto, cpu, cuda, cuda:1, ...)"
+    g.add_argument("--device", help=device)
     parser = _Parser(
         prog="python -m tinyverse",
         usage="python -m tinyverse [EXPERIMENT.py] MODE [options]",
-        description="tinyverse: players record sessions, trainers learn from them, all through one database.",
+        description="tinyverse: players record sessions, trainers learn from them, all through "
+        "one database.",
         epilog="example: python -m tinyverse examples/cartpole_dqn.py play -b 4",
     )
     parser.add_argument("--version", action="version", version=f"tinyverse {__version__}")
     sub = parser.add_subparsers(dest="mode", metavar="MODE", required=True)
     for name, fn in MODES.items():
-        doc, needs = fn.__doc__.strip(), name in NEEDS_EXPERIMENT
+        doc = fn.__doc__.strip()
+        needs = name in NEEDS_EXPERIMENT
         prog = f"python -m tinyverse {'EXPERIMENT.py' if needs else '[EXPERIMENT.py]'} {name}"
         kw = {"help": doc, "description": doc, "epilog": epilog if needs else None, "prog": prog}
-        p = sub.add_parser(name, parents=[common, experiment] if needs else [common], **kw, formatter_class=RAW)
+        parents = [common, experiment] if needs else [common]
+        p = sub.add_parser(name, parents=parents, **kw, formatter_class=RAW)
         for flags, keywords, text in FLAGS.get(name, []):
             maybe = {} if positionals or flags.startswith("-") else {"nargs": "?"}
             p.add_argument(*flags.split(), **keywords, **maybe, help=text)
     return parser
 
 
+def experiment_of(argv: list[str]) -> str | None:
+    """The experiment file of ``python -m tinyverse ARGV``, if it names one (it comes first)."""
+    return argv[0] if argv and argv[0] not in MODES and not argv[0].startswith("-") else None
+
+
 def parse(argv: list[str], for_help: bool = False) -> argparse.Namespace:
     """The arguments of ``python -m tinyverse ARGV``, the database URL built from them,
     ``args.options`` a dict. ``for_help``: for the options --help lists, which need the database
     alone: a positional argument may be left out."""
-    experiment = argv[0] if argv and argv[0] not in MODES and not argv[0].startswith("-") else None
+    experiment = experiment_of(argv)
     listed = monitor.options_help(experiment, argv, lambda rest: parse(rest, for_help=True))
     parser = build_parser(listed, positionals=not for_help)
     args = parser.parse_args(argv[1:] if experiment else argv)
     if args.mode in NEEDS_EXPERIMENT and experiment is None:
-        raise TinyverseError(f"{args.mode} needs an experiment: python -m tinyverse EXPERIMENT.py {args.mode}")
-    args.experiment, args.options = experiment, dict(getattr(args, "options", []))
+        raise TinyverseError(f"{args.mode} needs an experiment: {command(args.mode)}")
+    args.experiment = experiment
+    args.options = dict(getattr(args, "options", []))
     args.prefix_given = args.prefix is not None  # "" too: refused as a bad prefix, not read as none
     if not args.prefix_given:
         args.prefix = Path(experiment).stem if experiment else "tinyverse"
-    errors.INVOKED.update(experiment=experiment or "EXPERIMENT.py", prefix=args.prefix if args.prefix_given else None)
     args.url = url_from(args.url, args.host, args.port, args.password, args.tls_ca)
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     try:
-        args = parse(sys.argv[1:] if argv is None else argv)
-        level = logging.WARNING if args.quiet else logging.DEBUG if args.verbose > 1 else logging.INFO
-        logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s: %(message)s", datefmt="%H:%M:%S")
-        logging.getLogger("matplotlib").setLevel(logging.WARNING)  # not its "generated new fontManager" (plot)
+        args = parse(argv)
+        level = logging.DEBUG if args.verbose > 1 else logging.INFO
+        level = logging.WARNING if args.quiet else level
+        shown = "%(asctime)s %(name)s %(levelname)s: %(message)s"
+        logging.basicConfig(level=level, format=shown, datefmt="%H:%M:%S")
+        logging.getLogger("matplotlib").setLevel(logging.WARNING)  # no "new fontManager" (plot)
         if getattr(args, "device", None):  # experiments read it; run's children inherit it
             os.environ["TINYVERSE_DEVICE"] = args.device
         MODES[args.mode](args)
         return 0
     except TinyverseError as e:
-        print(f"tinyverse: error: {e}", file=sys.stderr)
+        print(f"tinyverse: error: {typed(str(e), experiment_of(argv))}", file=sys.stderr)
     except KeyboardInterrupt:
         print("tinyverse: interrupted", file=sys.stderr)
         return 130

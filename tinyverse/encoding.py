@@ -1,6 +1,7 @@
-"""Arrays <-> bytes without pickle: ``MAGIC | u32 header length | JSON header | array bytes``, where the header
-lists ``[name, dtype, shape, codec, nbytes]`` an array of a numeric dtype, so decoding never builds objects or runs
-code (the codecs: docs/api.rst). Decoded arrays are writable and share no memory with the record."""
+"""Arrays <-> bytes without pickle: ``MAGIC | u32 header length | JSON header | array bytes``, where
+the header lists ``[name, dtype, shape, codec, nbytes]`` an array of a numeric dtype, so decoding
+never builds objects or runs code (the codecs: docs/api.rst). Decoded arrays are writable and share
+no memory with the record."""
 
 import json
 import math
@@ -12,7 +13,7 @@ import numpy as np
 from .errors import RecordError
 
 MAGIC = b"TVR1"
-COMPRESS_MIN_BYTES = 4096  # uint8 arrays (image frames) this big are stored with zlib when it saves a quarter
+COMPRESS_MIN_BYTES = 4096  # uint8 arrays (frames) this big go through zlib if it saves a quarter
 MAX_BYTES = 2**30  # a record's arrays, all told: a tiny record must not declare huge zeros or zlib
 _LEN = struct.Struct("<I")
 _KINDS = set("biufc")  # bool, signed, unsigned, float, complex: nothing that holds objects
@@ -22,7 +23,8 @@ _HEADERS: dict[bytes, tuple] = {}  # header bytes -> what _header found (headers
 
 def encode(arrays: dict[str, np.ndarray]) -> bytes:
     """A record of a flat ``{name: array}`` dict of numeric arrays."""
-    header, chunks = [], []
+    header = []  # [name, dtype, shape, codec, nbytes] an array
+    chunks = []  # their bytes
     for name, value in arrays.items():
         a = np.asarray(value)  # not ascontiguousarray: it turns 0-d arrays into 1-d
         if a.dtype.kind not in _KINDS:
@@ -43,12 +45,14 @@ def layout(arrays: dict[str, np.ndarray]) -> list:
 
 
 def differences(expected: list, stored: list, wants: str = "wants") -> list[str]:
-    """What differs between two layouts, sorted: ``missing a``, ``unexpected b``, ``c: stored int64[2], wants
-    int64[3]`` (``wants``: the word for what ``expected`` holds)."""
+    """What differs between two layouts, sorted: ``missing a``, ``unexpected b``, ``c: stored
+    int64[2], wants int64[3]`` (``wants``: the word for what ``expected`` holds)."""
     want = {n: f"{np.dtype(d).name}{list(s)}" for n, d, s in expected}
     have = {n: f"{np.dtype(d).name}{list(s)}" for n, d, s in stored}
-    found = [f"missing {n}" for n in want.keys() - have.keys()] + [f"unexpected {n}" for n in have.keys() - want]
-    found += [f"{n}: stored {have[n]}, {wants} {want[n]}" for n in want.keys() & have.keys() if have[n] != want[n]]
+    found = [f"missing {n}" for n in want.keys() - have.keys()]
+    found += [f"unexpected {n}" for n in have.keys() - want.keys()]
+    changed = [n for n in want.keys() & have.keys() if have[n] != want[n]]
+    found += [f"{n}: stored {have[n]}, {wants} {want[n]}" for n in changed]
     return sorted(found)
 
 
@@ -60,13 +64,17 @@ def decode(data: bytes) -> dict[str, np.ndarray]:
     return {k: v[0, ...] for k, v in out.items()}  # [0, ...]: 0-d arrays stay arrays
 
 
-def decode_batch(blobs: list[bytes], expected: list | None = None) -> tuple[dict, list[int], list[tuple[int, str]]]:
-    """Records stacked: ``({name: (k, *shape)}, kept, errors)``, each raw array in one copy a header shared.
+def decode_batch(blobs: list[bytes], expected: list | None = None) -> tuple[dict, list, list]:
+    """Records stacked: ``({name: (k, *shape)}, kept, errors)``, each raw array in one copy a
+    header shared.
 
-    ``kept``: the indices of the k records, in order; ``errors``: ``(index, reason)`` of corrupt or foreign ones.
-    Records whose :func:`layout` differs from ``expected`` (default: the first good record's) are in neither.
+    ``kept``: the indices of the k records, in order; ``errors``: ``(index, reason)`` of corrupt or
+    foreign ones. Records whose :func:`layout` differs from ``expected`` (default: the first good
+    record's) are in neither.
     """
-    groups, specs, errors = {}, {}, []  # header bytes -> (spec, records' indices); index -> spec
+    groups = {}  # header bytes -> (spec, the indices of its records)
+    specs = {}  # index -> spec
+    errors = []
     for i, data in enumerate(blobs):
         try:
             head, found, specs[i], end = _header(data)
@@ -82,8 +90,9 @@ def decode_batch(blobs: list[bytes], expected: list | None = None) -> tuple[dict
     kept = sorted(i for _, idx in groups.values() for i in idx)
     out = {name: np.zeros((len(kept), *shape), dtype) for name, dtype, shape in expected}
     for spec, idx in groups.values():
-        rows = slice(None) if len(groups) == 1 else np.searchsorted(kept, idx)  # one header: the common case
-        joined = np.frombuffer(b"".join(blobs[i] for i in idx), np.uint8).reshape(len(idx), -1)  # a record a row
+        rows = slice(None) if len(groups) == 1 else np.searchsorted(kept, idx)  # one: the usual
+        joined = np.frombuffer(b"".join(blobs[i] for i in idx), np.uint8)
+        joined = joined.reshape(len(idx), -1)  # a record a row
         for name, dt, shape, codec, start, end in spec:
             if codec == "raw" and end > start:  # each array is a band of columns
                 out[name][rows] = joined[:, start:end].view(dt).reshape(len(idx), *shape)
@@ -98,7 +107,8 @@ def decode_batch(blobs: list[bytes], expected: list | None = None) -> tuple[dict
             failed.append(row)
     if failed:  # rare: the batch is copied without them
         rows = np.setdiff1d(np.arange(len(kept)), failed)
-        out, kept = {k: v[rows] for k, v in out.items()}, [kept[j] for j in rows]
+        out = {k: v[rows] for k, v in out.items()}
+        kept = [kept[j] for j in rows]
     return out, kept, sorted(errors)
 
 
@@ -110,14 +120,18 @@ def check_layout(value) -> None:
 
 
 def _header(data: bytes) -> tuple[bytes, list, list, int]:
-    """A record's header bytes, layout, spec (an array's bytes are data[start:end]) and length, cached by header;
-    ValueError unless numeric arrays of at most 16 dimensions fit their bytes and the budget."""
+    """A record's header bytes, layout, spec (an array's bytes are data[start:end]) and length,
+    cached by header; ValueError unless numeric arrays of at most 16 dimensions fit their bytes and
+    the budget."""
     if data[:4] != MAGIC or (n := _LEN.unpack_from(data, 4)[0]) > 2**20:
         raise ValueError("not a tinyverse record, or its header is over 1 MiB")
-    head = bytes(memoryview(data)[: 8 + n])  # with the magic and length: a cut header is another key
+    head = bytes(memoryview(data)[: 8 + n])  # with magic and length: a cut header is another key
     if head in _HEADERS:
         return _HEADERS[head]
-    spec, names, start, budget = [], set(), 8 + n, MAX_BYTES
+    spec = []  # (name, dtype, shape, codec, start, end) an array
+    names = set()
+    start = 8 + n  # of the next array's bytes
+    budget = MAX_BYTES
     for name, dtype, shape, codec, size in json.loads(head[8:]):
         dt = np.dtype(dtype) if isinstance(dtype, str) else None  # np.dtype([...]) is structured
         if type(name) is not str or dt is None or dt.kind not in _KINDS or dt.fields is not None:
@@ -135,7 +149,8 @@ def _header(data: bytes) -> tuple[bytes, list, list, int]:
             raise ValueError(f"{codec} array {name!r} of {nbytes} bytes cannot take {size} bytes")
         spec.append((name, dt, tuple(shape), codec, start, start + size))
         names.add(name)
-        start, budget = start + size, budget - counted
+        start += size
+        budget -= counted
     found = head, [[name, dt.str, list(shape)] for name, dt, shape, *_ in spec], spec, start
     if len(_HEADERS) < 1024 and n <= 16384:
         _HEADERS[head] = found
@@ -145,7 +160,9 @@ def _header(data: bytes) -> tuple[bytes, list, list, int]:
 def _inflate(raw: bytes, into: np.ndarray) -> None:
     """zlib data of exactly ``into``'s bytes, inflated into it 4 KiB (at most 4 MiB out) at a
     time: a tiny record cannot fill memory, nor a big one take twice its size."""
-    view, z, at = memoryview(into.reshape(-1).view(np.uint8)), zlib.decompressobj(), 0
+    view = memoryview(into.reshape(-1).view(np.uint8))
+    z = zlib.decompressobj()
+    at = 0  # bytes inflated
     for start in range(0, len(raw), 4096):
         if at + len(chunk := z.decompress(raw[start : start + 4096])) > len(view):
             break

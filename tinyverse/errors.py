@@ -1,18 +1,32 @@
 """Every error tinyverse raises on purpose: one line naming the problem and the fix."""
 
 import re
-import time
 from urllib.parse import unquote_plus
 
 # the query items whose value masked() hides
 SECRET = re.compile("password|auth|token|secret", re.IGNORECASE)
-INVOKED = {"experiment": "EXPERIMENT.py", "prefix": None}  # set by the CLI: hints name the command as it was typed
+# the extra of tinyverse (pyproject.toml) that installs an optional package, by its import name
+EXTRAS = {"torch": "examples", "ale_py": "atari", "Box2D": "box2d", "vizdoom": "doom"}
+EXTRAS |= {"safetensors": "export", "matplotlib": "plot", "imageio": "video", "ray": "ray"}
+EXTRAS |= {"tensorboardX": "tensorboard"}
 
 
-def command(rest: str) -> str:
-    """``python -m tinyverse EXPERIMENT REST``, with the experiment and ``--prefix`` of this invocation."""
-    prefix = f" --prefix {INVOKED['prefix']}" if INVOKED["prefix"] else ""
-    return f"python -m tinyverse {INVOKED['experiment']} {rest}{prefix}"
+def install(package: str) -> str:
+    """How to install a package: ``pip install 'tinyverse[EXTRA]'`` if an extra has it."""
+    named = f"'tinyverse[{EXTRAS[package]}]'" if package in EXTRAS else package
+    return f"pip install {named}"
+
+
+def command(rest: str, prefix: str | None = None, experiment: str = "EXPERIMENT.py") -> str:
+    """``python -m tinyverse EXPERIMENT.py REST --prefix PREFIX``, a command a hint names; the CLI
+    writes in the experiment it was given (:func:`typed`)."""
+    named = f" --prefix {prefix}" if prefix else ""
+    return f"python -m tinyverse {experiment} {rest}{named}"
+
+
+def typed(text: str, experiment: str | None) -> str:
+    """``text`` with the commands it names run on ``experiment``, the file the CLI was given."""
+    return text if experiment is None else text.replace(command(""), command("", None, experiment))
 
 
 def masked(url: str) -> str:
@@ -40,18 +54,6 @@ def _masked_item(item: str) -> str:
     name, _, value = item.partition("=")
     read = unquote_plus(re.sub("[\t\r\n]", "", name))  # as redis-py reads it: urlsplit drops these
     return f"{name}=***" if value and SECRET.search(read) else item
-
-
-class Every:
-    """True at most once every ``seconds`` per key: a warning a loop would repeat each step is said now and then."""
-
-    def __init__(self, seconds: float = 30.0):
-        self.seconds, self.last = seconds, {}
-
-    def __call__(self, key: str = "") -> bool:
-        if due := time.monotonic() - self.last.get(key, -self.seconds) >= self.seconds:
-            self.last[key] = time.monotonic()
-        return due
 
 
 class TinyverseError(Exception):

@@ -9,7 +9,9 @@ import numpy as np
 
 from . import checks, readable
 from .database import Database
+from .errors import install
 from .experiment import Experiment
+from .files import written_whole
 from .params import sync_params
 
 log = logging.getLogger(__name__)
@@ -20,19 +22,23 @@ def write_video(path: Path, frames: list[np.ndarray], fps: int = 30) -> bool:
     try:
         import imageio.v2 as imageio
     except ImportError:
-        log.warning("no video: pip install 'tinyverse[video]' (imageio and imageio-ffmpeg)")
+        log.warning("no video: %s (imageio and imageio-ffmpeg)", install("imageio"))
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
-    part = path.with_name(f".{path.stem}.part{path.suffix}")
-    try:
+    with written_whole(path) as part:
         imageio.mimwrite(part, frames, fps=fps, codec="libx264", macro_block_size=1)
-        part.replace(path)
-    finally:
-        part.unlink(missing_ok=True)
     return True
 
 
-def evaluate(exp: Experiment, db: Database | None, episodes=10, record=None, seed=None, version=None, quiet=False):
+def evaluate(
+    exp: Experiment,
+    db: Database | None,
+    episodes=10,
+    record=None,
+    seed=None,
+    version=None,
+    quiet=False,
+):
     """Play ``episodes`` greedy episodes with the latest params of ``db`` (None: those ``exp`` holds, of ``version``),
     an mp4 of each into the folder ``record``; their returns. Prints each return and length, then
     their means (a hovering lander and a crashing one may score alike, never last alike); Ctrl-C
@@ -40,7 +46,9 @@ def evaluate(exp: Experiment, db: Database | None, episodes=10, record=None, see
     say = (lambda _: None) if quiet else functools.partial(print, flush=True)
     if (version := version if db is None else sync_params(exp, db, None)) is None and not quiet:
         log.warning("no params stored: evaluating the experiment's random init")
-    if record:  # frames are drawn offscreen: no display, and none of SDL's complaints about XDG_RUNTIME_DIR
+    if (
+        record
+    ):  # frames are drawn offscreen: no display, and none of SDL's complaints about XDG_RUNTIME_DIR
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     env = checks.make_env(exp, "rgb_array" if record else None)
     returns, lengths = [], []  # of each episode
@@ -63,7 +71,10 @@ def evaluate(exp: Experiment, db: Database | None, episodes=10, record=None, see
                 frames += [env.render()] if record else []
             returns.append(total)
             lengths.append(steps)
-            path = Path(record or ".") / f"episode_{ep:03d}{'' if version is None else f'_v{version}'}.mp4"
+            path = (
+                Path(record or ".")
+                / f"episode_{ep:03d}{'' if version is None else f'_v{version}'}.mp4"
+            )
             video = f"  video {path}" if record and write_video(path, frames, fps) else ""
             shown = f"return {readable.number(total)}, length {steps}"
             say(f"episode {ep + 1}/{episodes}: {shown}{video}")

@@ -1,4 +1,4 @@
-"""The experiment contract: the hooks a user writes (:class:`Experiment`); :mod:`tinyverse.loader` loads their file."""
+"""The experiment contract: the hooks a user writes (:class:`Experiment`); the loader loads them."""
 
 import abc
 
@@ -11,39 +11,53 @@ Arrays = dict[str, np.ndarray]
 class Experiment(abc.ABC):
     """What a user writes: hooks on NumPy arrays, which the loops call like this::
 
-        exp = make_experiment(db, args)                  # player, trainer and eval alike
-        memory = exp.initial_memory(B)                   # player: B environments of exp.make_env()
-        actions, memory = exp.act(observations, memory)  # each tick (eval: greedy=True)
-        info = exp.session_info()                        # stored with each session the player records
-        exp.prepare_training()                           # trainer, once
-        metrics = exp.train_step(exp.sample(db, B))      # trainer, each update
-        db.save_params(exp.get_params())                 # trainer, every save_every updates
-        exp.set_params(params)                           # everyone, when newer params are stored
+        exp = make_experiment(db, args)            # player, trainer and eval alike
 
-    Hooks return promptly: the loops own the pace. A batch stacks B sessions of T = ``session_length`` ticks:
+        # play (tinyverse.player.play): B environments of exp.make_env()
+        memory = exp.initial_memory(B)
+        until a stop:
+            wait while ahead of the trainers       # the pace
+            exp.set_params(params)                 # when newer params are stored
+            for each of T ticks:                   # a round: a session of T ticks an environment
+                actions, memory = exp.act(observations, memory)   # eval: greedy=True
+            db.add_sessions(sessions)              # each with exp.session_info()
 
-    - ``observations`` (B, T+1, ...), ``actions`` (B, T, ...), ``rewards`` (B, T) float32, ``terminated`` and
-      ``truncated`` (B, T) bool; after an episode ends at tick t, ``observations[:, t+1]`` begins the next one;
-    - ``final_observations`` (B, T, ...): the last observation of the episode that ended at tick t (zeros
-      elsewhere): bootstrap from it if ``truncated``, never if ``terminated``;
-    - ``memory.<name>`` (B, ...): the memory before tick 0; ``outputs.<name>`` (B, T, ...): ``act``'s third item;
-    - ``version`` (the params that acted), ``worker``, ``id`` (in the database), ``info.<name>`` (B,).
+        # train (tinyverse.trainer.train)
+        exp.prepare_training()
+        until a stop:
+            batch = exp.sample(db, B)              # once B sessions are stored
+            wait while ahead of the players        # the pace
+            metrics = exp.train_step(batch)
+            db.save_params(exp.get_params())       # every save_every updates
+
+    Hooks return promptly: the loops own the pace. A batch stacks B sessions of T =
+    ``session_length`` ticks:
+
+    - ``observations`` (B, T+1, ...), ``actions`` (B, T, ...), ``rewards`` (B, T) float32,
+      ``terminated`` and ``truncated`` (B, T) bool; after an episode ends at tick t,
+      ``observations[:, t+1]`` begins the next one;
+    - ``final_observations`` (B, T, ...): the last observation of the episode that ended at tick t
+      (zeros elsewhere): bootstrap from it if ``truncated``, never if ``terminated``;
+    - ``memory.<name>`` (B, ...): the memory before tick 0; ``outputs.<name>`` (B, T, ...):
+      ``act``'s third item;
+    - ``version`` (the params that acted), ``worker``, ``id`` (in the database) and
+      ``info.<name>``, each (B,).
     """
 
     session_length: int = 25  #: ticks per recorded session (sessions may cross episode boundaries)
-    buffer_size: int | None = None  #: sessions the database keeps unless one is stored (None: what fits 1 GiB)
+    buffer_size: int | None = None  #: sessions the database keeps unless one is (None: 1 GiB's)
     play_batch_size: int = 1  #: default of ``play -b``: environments each player runs at once
     train_batch_size: int = 32  #: default of ``train -b``: sessions in a minibatch
-    batch_per_player: bool = False  #: ``train -b`` is per live player: more players, fewer and larger updates
-    prefetch: int = 2  #: batches the trainer prepares in a background thread (0: in the training thread)
-    save_every: int = 100  #: default of ``train -s``: updates between the trainer's publications of params
-    local_params: tuple[str, ...] = ()  #: params arrays (globs) each trainer keeps its own, e.g. a target network
-    updates_per_step: float | None = None  #: the pace: updates per env step (None: each side runs free)
-    learning_starts: int = 0  #: env steps played before the first update (the replay buffer's minimum fill)
-    pace_slack: int = 1000  #: env steps either side may run ahead of ``updates_per_step`` before it waits
-    options: dict | None = None  #: the resolved options (``dataclasses.asdict``), set by :func:`load_experiment`
+    batch_per_player: bool = False  #: ``train -b`` is per live player: more players, larger updates
+    prefetch: int = 2  #: batches sampled ahead in a background thread (0: in the training thread)
+    save_every: int = 100  #: default of ``train -s``: updates between publications of params
+    local_params: tuple[str, ...] = ()  #: params (globs) each trainer keeps, e.g. a target network
+    updates_per_step: float | None = None  #: the pace: updates an env step (None: no pace)
+    learning_starts: int = 0  #: env steps played before the first update (the buffer's least fill)
+    pace_slack: int = 1000  #: env steps either side may run ahead of the pace before it waits
+    options: dict | None = None  #: the resolved options (``dataclasses.asdict``), set by the loader
     option_defaults: dict | None = None  #: the defaults of the experiment file's options dataclass
-    update_count: int = 0  #: the run's updates of ``train_batch_size`` sessions, all trainers': kept by the core
+    update_count: int = 0  #: the run's updates (of ``train_batch_size`` sessions), all trainers'
 
     def __init__(self, db=None):
         self.db = db
@@ -57,14 +71,16 @@ class Experiment(abc.ABC):
         return {}
 
     @abc.abstractmethod
-    def act(self, observations: np.ndarray, memory: Arrays, greedy: bool = False) -> tuple[np.ndarray, Arrays]:
-        """Actions for a batch of observations and the new memory; optionally a third item, per-tick outputs."""
+    def act(self, observations: np.ndarray, memory: Arrays, greedy: bool = False) -> tuple:
+        """Actions for a batch of observations and the new memory; optionally a third item,
+        per-tick outputs."""
 
     def prepare_training(self) -> None:  # noqa: B027 (optional, not abstract)
         """Trainer-only setup (optimizers, compiled functions); players skip it."""
 
     def sample(self, db, batch_size: int) -> Arrays:
-        """The next batch (uniform replay unless overridden); an empty one means "not yet": never wait here."""
+        """The next batch (uniform replay unless overridden); an empty one means "not yet": never
+        wait here."""
         return db.sample_batch(batch_size)
 
     @abc.abstractmethod

@@ -119,7 +119,7 @@ FLAGS = {
     "clear": [
         ("--all", ON, "all of the below"),
         ("--del-sessions", ON, "delete recorded sessions"),
-        ("--del-weights --del-params", ON | {"dest": "del_params"}, "delete params"),
+        ("--del-params --del-weights", ON | {"dest": "del_params"}, "delete params"),
         ("--del-metrics", ON, "delete returns and trainer metrics"),
         ("--kill-players", ON, "stop this machine's players, and ask those elsewhere to stop"),
         ("--kill-trainers", ON, "stop this machine's trainers, and ask those elsewhere to stop"),

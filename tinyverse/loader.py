@@ -1,4 +1,5 @@
-"""Loading a user's experiment file: its module, ``make_experiment(db[, args])`` and the options; one line a failure."""
+"""Loading a user's experiment file: its module, ``make_experiment(db[, args])`` and the options;
+one line a failure."""
 
 import argparse
 import dataclasses
@@ -12,50 +13,59 @@ import typing
 from pathlib import Path
 
 from . import declared
-from .errors import ExperimentError
+from .errors import ExperimentError, install
 from .experiment import Experiment
 from .options import resolve
 
 log = logging.getLogger(__name__)
-# the extra of tinyverse that installs a package an experiment may import
-EXTRAS = {"torch": "examples", "ale_py": "atari", "Box2D": "box2d", "vizdoom": "doom", "safetensors": "export"}
-EXTRAS |= {"matplotlib": "plot", "imageio": "video"}
-BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+BOOLS = {"1": True, "true": True, "yes": True, "on": True}
+BOOLS |= {"0": False, "false": False, "no": False, "off": False}
 
 
 def load_experiment(path: str, db=None, options: dict[str, str] | None = None) -> Experiment:
-    """The experiment of the file at ``path``: ``make_experiment(db[, args])``, ``args`` resolved from ``options``."""
+    """The experiment of the file at ``path``: ``make_experiment(db[, args])``, ``args`` resolved
+    from ``options``."""
     factory = getattr(import_file(path), "make_experiment", None)
     if not callable(factory):
-        raise ExperimentError(f"{path} defines no make_experiment(db); add one that returns a tinyverse.Experiment")
-    args, defaults = None, None
+        fix = "add one that returns a tinyverse.Experiment"
+        raise ExperimentError(f"{path} defines no make_experiment(db); {fix}")
+    args = None  # the resolved options
+    defaults = None  # the file's
     if (kind := dataclass_of(factory)) is not None:
         args, defaults = resolve(kind, path, db, typed(kind, path, options or {}))
     elif options:
-        raise ExperimentError(f"{path} takes no options: its make_experiment(db, args: Args) needs a dataclass")
+        fix = "its make_experiment(db, args: Args) needs a dataclass"
+        raise ExperimentError(f"{path} takes no options: {fix}")
     try:
         exp = factory(db) if args is None else factory(db, args)
     except Exception as e:
         log.debug("make_experiment of %s failed", path, exc_info=True)
         if isinstance(e, TypeError) and (found := re.search(r"abstract methods? (.+)$", str(e))):
             hooks = found[1].replace("'", "")  # Python 3.12 quotes them
-            raise ExperimentError(f"{path}: the experiment does not define {hooks}: write them") from None
-        raise ExperimentError(f"make_experiment in {path} failed: {type(e).__name__}: {e} (-vv shows where)") from None
+            missing = f"{path}: the experiment does not define {hooks}"
+            raise ExperimentError(f"{missing}: write them") from None
+        failed = f"make_experiment in {path} failed: {type(e).__name__}: {e}"
+        raise ExperimentError(f"{failed} (-vv shows where)") from None
     if not isinstance(exp, Experiment):
-        raise ExperimentError(f"make_experiment in {path} returned {type(exp).__name__}, not a tinyverse.Experiment")
-    exp.options, exp.option_defaults = None if args is None else dataclasses.asdict(args), defaults
+        returned = f"make_experiment in {path} returned {type(exp).__name__}"
+        raise ExperimentError(f"{returned}, not a tinyverse.Experiment")
+    exp.options = None if args is None else dataclasses.asdict(args)
+    exp.option_defaults = defaults
     declared.check(exp)  # before a worker stores the options that set them
     return exp
 
 
 def import_file(path: str):
-    """The experiment module, imported from its file as ``python FILE.py`` would (its folder on sys.path)."""
+    """The experiment module, imported from its file as ``python FILE.py`` would (its folder on
+    sys.path)."""
     file = Path(path)
     if file.suffix != ".py" or not file.is_file():
-        raise ExperimentError(f"experiment {path} not found or not a .py file: pass the path of a Python file")
+        fix = "pass the path of a Python file"
+        raise ExperimentError(f"experiment {path} not found or not a .py file: {fix}")
     name = f"tinyverse_experiment_{file.stem}"
     spec = importlib.util.spec_from_file_location(name, file)
-    module = sys.modules[name] = importlib.util.module_from_spec(spec)  # dataclasses look their module up there
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
     if (folder := str(file.resolve().parent)) not in sys.path:
         sys.path.insert(0, folder)  # the experiment imports its neighbours
     try:
@@ -65,8 +75,7 @@ def import_file(path: str):
         problem = f"{path}:{e.lineno}: syntax error: {e.msg}"
     except ImportError as e:
         package = (e.name or "it").split(".")[0]
-        hint = f"'tinyverse[{EXTRAS[package]}]'" if package in EXTRAS else package
-        problem = f"{path} needs {e.name or e}: install it (pip install {hint})"
+        problem = f"{path} needs {e.name or e}: install it ({install(package)})"
     except Exception as e:
         log.debug("import of %s failed", path, exc_info=True)
         problem = f"{path} failed to import: {type(e).__name__}: {e}"
@@ -83,7 +92,8 @@ def parse_set(text: str) -> tuple[str, str]:
 
 
 def dataclass_of(factory) -> type | None:
-    """The options dataclass of ``make_experiment``'s second parameter (``Args`` or ``Args | None``), or None."""
+    """The options dataclass of ``make_experiment``'s second parameter (``Args`` or
+    ``Args | None``), or None."""
     names = list(inspect.signature(factory).parameters)
     hint = typing.get_type_hints(factory).get(names[1]) if len(names) > 1 else None
     kinds = typing.get_args(hint) or [hint]
@@ -91,10 +101,13 @@ def dataclass_of(factory) -> type | None:
 
 
 def typed(kind: type, path: str, given: dict[str, str]) -> dict:
-    """``--set`` texts as values of the options dataclass's fields (bool, int, float, str; "none" if optional)."""
-    fields, hints = [f.name for f in dataclasses.fields(kind)], typing.get_type_hints(kind)
+    """``--set`` texts as values of the options dataclass's fields (bool, int, float, str; "none"
+    if optional)."""
+    fields = [f.name for f in dataclasses.fields(kind)]
+    hints = typing.get_type_hints(kind)
     if unknown := [key for key in given if key not in fields]:
-        raise ExperimentError(f"{path} has no option {unknown[0]!r}; its options: {', '.join(fields)}")
+        listed = ", ".join(fields)
+        raise ExperimentError(f"{path} has no option {unknown[0]!r}; its options: {listed}")
     return {key: _parse(key, text, hints[key]) for key, text in given.items()}
 
 
@@ -105,7 +118,8 @@ def _parse(key: str, text: str, hint):
     if union and text.lower() == "none":
         return None
     if len(kinds) != 1 or kinds[0] not in (bool, int, float, str):
-        raise ExperimentError(f"option {key} has type {hint}: only bool, int, float and str options can be set")
+        fix = "only bool, int, float and str options can be set"
+        raise ExperimentError(f"option {key} has type {hint}: {fix}")
     try:
         return BOOLS[text.lower()] if kinds[0] is bool else kinds[0](text)
     except (KeyError, ValueError):

@@ -1,5 +1,6 @@
-"""Params exchange: players and eval follow the stored params, trainers resume from them and publish deltas merged
-into them. Only :func:`resume` (and a push after a delete) stores params where none are: never over trained ones."""
+"""Params exchange: players and eval follow the stored params, trainers resume from them and publish
+deltas merged into them. Only :func:`resume` (and a push after a delete) stores params where none
+are: never over trained ones."""
 
 import fnmatch
 import logging
@@ -18,21 +19,29 @@ log = logging.getLogger(__name__)
 def check_params(expected: Arrays, got: Arrays, where: str, fix: str | None = None) -> None:
     """Raise ParamsMismatch naming every array whose name, shape or dtype differs, and ``fix``."""
     if problems := differences(layout(expected), layout(got), "model wants"):
-        fix = fix or f"use another --prefix, or delete them with: {command('clear --del-weights')}"
-        raise ParamsMismatch(f"params in {where} do not fit this experiment ({'; '.join(problems)}); {fix}")
+        fix = fix or f"use another --prefix, or delete them with: {command('clear --del-params')}"
+        found = "; ".join(problems)
+        raise ParamsMismatch(f"params in {where} do not fit this experiment ({found}); {fix}")
+
+
+def _check_stored(expected: Arrays, stored: Arrays, db) -> None:
+    """:func:`check_params` of the params stored in ``db``, the fix naming its prefix."""
+    fix = f"use another --prefix, or delete them with: {command('clear --del-params', db.prefix)}"
+    check_params(expected, stored, f"database {db.url} (prefix {db.prefix})", fix)
 
 
 def _load(exp, db) -> int | None:
     """Load the stored params into ``exp``; their version, or None when none are stored."""
     if (found := db.load_params()) is None:
         return None
-    check_params(checks.get_params(exp), found[1], f"database {db.url} (prefix {db.prefix})")
+    _check_stored(checks.get_params(exp), found[1], db)
     checks.call("set_params", exp.set_params, found[1])
     return found[0]
 
 
 def sync_params(exp, db, version: int | None, reseed: bool = False) -> int | None:
-    """Load the stored params into ``exp`` unless their version is ``version``; return the version ``exp`` holds.
+    """Load the stored params into ``exp`` unless their version is ``version``; return the version
+    ``exp`` holds.
     With ``reseed``, store ``exp``'s params when none are stored (:func:`resume`)."""
     if (stored := db.params_version()) is None and reseed:
         return resume(exp, db)
@@ -43,7 +52,7 @@ def sync_params(exp, db, version: int | None, reseed: bool = False) -> int | Non
 
 def resume(exp, db) -> int:
     """Load the stored params into ``exp``, or store ``exp``'s if there are none; their version."""
-    while (version := _load(exp, db)) is None:  # another worker may store its params between our load and our save
+    while (version := _load(exp, db)) is None:  # another worker's may come between load and save
         checks.finite(params := checks.get_params(exp), "at the experiment's init: fix it")
         if (version := db.save_params(params, if_absent=True)) is not None:
             log.info("no params stored: stored these as version %d", version)
@@ -53,15 +62,21 @@ def resume(exp, db) -> int:
 
 
 class Publisher:
-    """A trainer's publications: deltas merged into the stored params by compare-and-set, so N trainers' updates
-    all land (Downpour SGD's parameter server; docs: usage). ``local`` names (globs, e.g. a target network) are this
-    trainer's own; ``sync``: take the merged params after a push (None: once another trainer's push came in)."""
+    """A trainer's publications: deltas merged into the stored params by compare-and-set, so N
+    trainers' updates all land (Downpour SGD's parameter server; docs: usage). ``local`` names
+    (globs, e.g. a target network) are this trainer's own; ``sync``: take the merged params after
+    a push (None: once another trainer's push came in)."""
 
     def __init__(self, exp, db, sync: bool | None = None, local=()):
-        self.exp, self.db, self.sync, self.local = exp, db, sync, tuple(local)
+        self.exp = exp
+        self.db = db
+        self.sync = sync
+        self.local = tuple(local)
         self.version = resume(exp, db)
         self.base = self.stored = self._params()  # what we pushed from, and what we know is stored
-        self.pushes, self.conflicts, self.seconds = 0, 0, 0.0  # so far: pushes, races lost, time spent
+        self.pushes = 0
+        self.conflicts = 0  # races lost
+        self.seconds = 0.0  # spent pushing
 
     def _params(self) -> Arrays:
         return {k: np.array(v) for k, v in checks.get_params(self.exp).items()}  # copies: it trains
@@ -73,23 +88,25 @@ class Publisher:
         merged = dict(stored)
         for k, v in local.items():
             if self._mine(k) or v.dtype.kind not in "fiuc" or stored[k] is self.base[k]:
-                merged[k] = v  # our own value: local arrays, flags, and any array nobody else changed
+                merged[k] = v  # ours: local arrays, flags, and any array nobody else changed
             else:
                 merged[k] = np.asarray(stored[k] + (v - self.base[k]), v.dtype)
         return merged
 
     def push(self) -> int:
-        """Merge what was trained since the last push into the stored params; return their version."""
-        start, local = time.monotonic(), self._params()
+        """Merge what was trained since the last push into the stored params; their version."""
+        start = time.monotonic()
+        local = self._params()
         fix = f"not published (v{self.version} stays); lower the learning rate"
         checks.finite(local, f"after update {self.exp.update_count + 1} of the run: {fix}")
         while True:
             version, stored = self.version, self.stored
-            if self.db.params_version() != version:  # another trainer pushed, or params were deleted: ours go afresh
+            if self.db.params_version() != version:  # another trainer pushed, or they were deleted
                 version, stored = self.db.load_params() or (0, self.base)
-                check_params(local, stored, f"database {self.db.url} (prefix {self.db.prefix})")
+                _check_stored(local, stored, self.db)
             merged = self._merge(stored, local)
-            if (saved := self.db.save_params(merged, self.version + 1, expect=version)) is not None:
+            saved = self.db.save_params(merged, self.version + 1, expect=version)
+            if saved is not None:
                 break
             self.conflicts += 1
         if self.sync or (self.sync is None and version not in (self.version, 0)):
@@ -99,5 +116,6 @@ class Publisher:
         else:
             self.base = local
         self.version, self.stored = saved, merged
-        self.pushes, self.seconds = self.pushes + 1, self.seconds + time.monotonic() - start
+        self.pushes += 1
+        self.seconds += time.monotonic() - start
         return self.version

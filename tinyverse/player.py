@@ -1,4 +1,4 @@
-"""The play loop: keep B environments running, record one session each a round, pick up new params."""
+"""The play loop: B environments running, a session of each recorded a round, new params loaded."""
 
 import collections
 import logging
@@ -9,7 +9,7 @@ import numpy as np
 
 from . import checks, declared
 from .database import Database
-from .errors import Every
+from .every import Every
 from .experiment import Experiment
 from .options import store
 from .pace import Pace
@@ -19,16 +19,22 @@ from .workers import Worker
 log = logging.getLogger(__name__)
 
 
-def play(exp: Experiment, db: Database, batch_size=1, sessions=None, sync_every=1, seed=None, report_every=10.0):
-    """Play ``batch_size`` environments for ``sessions`` rounds (for ever if None), storing a session from each a
-    round; return the number stored. Checks the params version every ``sync_every`` rounds (storing this player's
-    when none are), waits while ahead of the trainers (:class:`~tinyverse.pace.Pace`), and with ``sync_every`` 1
-    keeps loading the newest params while it waits."""
+def play(exp, db, batch_size=1, rounds=None, sync_every=1, seed=None, report_every=10.0) -> int:
+    """Play ``batch_size`` environments for ``rounds`` rounds (for ever if None), storing a session
+    from each a round; return the number stored. Waits while ahead of the trainers
+    (:class:`~tinyverse.pace.Pace`), with ``sync_every`` 1 loading the newest params meanwhile;
+    checks the params version every ``sync_every`` rounds (storing this player's when none are)."""
     player = Player(exp, db, batch_size, seed, sync_every, report_every)
     try:
-        with player.worker:
-            if player.start():
-                player.worker.run(sessions, player.step, player.behind)
+        with player.worker as worker:
+            player.start()  # makes the environments, heeding a stop
+            while not worker.stop and player.rounds != rounds:
+                if not player.wait_for_pace():  # with sync_every 1 it loads newer params meanwhile
+                    break
+                if player.rounds % sync_every == 0:
+                    player.sync(reseed=True)  # stores this player's params if none are
+                player.record()  # T ticks in each environment: B sessions, the episodes that ended
+                player.report()  # a heartbeat: stop requests heard
     finally:
         for env in player.envs:
             env.close()
@@ -38,16 +44,25 @@ def play(exp: Experiment, db: Database, batch_size=1, sessions=None, sync_every=
 class Player:
     """B environments, their episodes so far, and the sessions recorded from them."""
 
-    def __init__(self, exp: Experiment, db: Database, batch_size: int, seed, sync_every: int, report_every: float):
+    def __init__(self, exp: Experiment, db: Database, batch_size, seed, sync_every, report_every):
         declared.check(exp)
-        self.exp, self.db, self.B, self.sync_every = exp, db, batch_size, sync_every
-        self.pace, self.worker, self.say = Pace(exp, db), Worker(db, "player"), Every(report_every)
+        self.exp = exp
+        self.db = db
+        self.B = batch_size
+        self.sync_every = sync_every
+        self.pace = Pace(exp, db)
+        self.worker = Worker(db, "player")
         self.worker.info["pace"] = self.pace.spec
-        self.envs, self.seed = [], seed  # the environments are made by start()
+        self.say = Every(report_every)  # the log
+        self.envs = []  # made by start()
+        self.seed = seed
         self.act = checks.Act(exp, batch_size)
-        self.tag = np.int64(zlib.crc32(self.worker.id.encode()))
-        self.returns, self.lengths = np.zeros(batch_size), np.zeros(batch_size, np.int64)  # of the running episodes
-        self.version, self.rounds, self.started = None, 0, time.monotonic()
+        self.tag = np.int64(zlib.crc32(self.worker.id.encode()))  # its sessions' "worker"
+        self.returns = np.zeros(batch_size)  # of the running episodes
+        self.lengths = np.zeros(batch_size, np.int64)  # of the running episodes
+        self.version = None  # of the params it acts with
+        self.rounds = 0
+        self.started = time.monotonic()
         self.recent = collections.deque(maxlen=20)  # returns of this player's last 20 episodes
 
     def start(self) -> bool:
@@ -62,65 +77,84 @@ class Player:
         self.memory = checks.initial_memory(self.exp, self.B)
         return True
 
+    def wait_for_pace(self) -> bool:
+        """Wait while this player is ahead of the trainers (:meth:`Pace.player_waits`); with
+        ``sync_every`` 1, the newest params are loaded meanwhile. False on a stop."""
+        while (why := self.pace.player_waits()) is not None:
+            if self.sync_every == 1:
+                self.sync()
+            if not self.worker.idle(why):
+                return False
+        return True
+
     def sync(self, reseed: bool = False) -> None:
-        """Load newer params if some are stored (with ``reseed``, store this player's if none are)."""
-        version, self.version = self.version, sync_params(self.exp, self.db, self.version, reseed)
+        """Load newer params if some are stored (``reseed``: store this player's if none are)."""
+        version = self.version
+        self.version = sync_params(self.exp, self.db, self.version, reseed)
         if self.version != version:
             self.exp.update_count = self.db.counter("updates")
             self.worker.info["version"] = self.version
 
-    def behind(self) -> str | None:
-        """What the next round waits for (:meth:`Pace.player_waits`); meanwhile, with ``sync_every`` 1, the newest
-        params are loaded at once."""
-        if (reason := self.pace.player_waits()) is not None and self.sync_every == 1:
-            self.sync()
-        return reason
-
-    def step(self) -> bool:
-        """A round, after a params check every ``sync_every`` rounds; True if this player should stop."""
-        if self.rounds % self.sync_every == 0:
-            self.sync(reseed=True)
-        self.record()
+    def report(self) -> None:
+        """Heartbeat with this player's counters; now and then, a line in the log."""
         steps = self.rounds * self.B * self.exp.session_length
         rate = steps / max(time.monotonic() - self.started, 1e-9)
         if self.say():
             mean = f"{np.mean(self.recent):.1f}" if self.recent else "-"
-            log.info("%d env steps (%.0f/s), params v%s, mean return %s", steps, rate, self.version, mean)
-        return self.worker.beat(steps=steps, sessions=self.rounds * self.B, steps_per_s=round(rate, 1))
+            said = "%d env steps (%.0f/s), params v%s, mean return %s"
+            log.info(said, steps, rate, self.version, mean)
+        self.worker.beat(steps=steps, sessions=self.rounds * self.B, steps_per_s=round(rate, 1))
 
     def record(self) -> None:
         """Play T ticks in every environment; store the B sessions and the episodes that ended."""
-        B, T = self.B, self.exp.session_length
+        B = self.B
+        T = self.exp.session_length
         memory = {f"memory.{k}": np.array(v) for k, v in self.memory.items()}  # before tick 0
         obs = np.zeros((B, T + 1, *self.obs.shape[1:]), self.obs.dtype)
-        rec = {"observations": obs, "final_observations": np.zeros_like(obs[:, 1:]), "rewards": np.zeros((B, T), "f4")}
-        rec |= {"terminated": np.zeros((B, T), bool), "truncated": np.zeros((B, T), bool)}
         obs[:, 0] = self.obs
-        acted, ended = [], []  # act's actions and outputs of each tick, stacked at the end; the episodes that ended
+        rec = {"observations": obs, "final_observations": np.zeros_like(obs[:, 1:])}
+        rec |= {"rewards": np.zeros((B, T), "f4")}
+        rec |= {"terminated": np.zeros((B, T), bool), "truncated": np.zeros((B, T), bool)}
+        acted = []  # act's actions and outputs of each tick, stacked at the end
+        ended = []  # the episodes that ended
         for t in range(T):
             actions, self.memory, outputs = self.act(self.obs, self.memory)
             acted.append({"actions": actions, **outputs})
             for i, env in enumerate(self.envs):
                 o, r, terminated, truncated, _ = checks.step(env, actions[i])
-                rec["rewards"][i, t], rec["terminated"][i, t], rec["truncated"][i, t] = r, terminated, truncated
-                self.returns[i], self.lengths[i] = self.returns[i] + r, self.lengths[i] + 1
+                rec["rewards"][i, t] = r
+                rec["terminated"][i, t] = terminated
+                rec["truncated"][i, t] = truncated
+                self.returns[i] += r
+                self.lengths[i] += 1
                 if terminated or truncated:
                     rec["final_observations"][i, t] = o
                     ended.append({"return": float(self.returns[i]), "length": int(self.lengths[i])})
-                    self.returns[i], self.lengths[i] = 0, 0
-                    o = checks.reset(env)
-                    for k, v in checks.initial_memory(self.exp, 1).items():
-                        self.memory[k][i] = v[0]
+                    o = self._reset(i)
                 self.obs[i] = o
             obs[:, t + 1] = self.obs
         rec |= {k: np.stack([a[k] for a in acted], 1) for k in acted[0]}
+        self._store(rec | memory, ended)
+
+    def _reset(self, i: int) -> np.ndarray:
+        """Start a new episode in environment ``i``: its first observation."""
+        self.returns[i] = 0
+        self.lengths[i] = 0
+        o = checks.reset(self.envs[i])
+        for k, v in checks.initial_memory(self.exp, 1).items():
+            self.memory[k][i] = v[0]
+        return o
+
+    def _store(self, rec: dict, ended: list[dict]) -> None:
+        """A round's B sessions (stacked in ``rec``) and the episodes that ended in it."""
         info = {f"info.{k}": np.float64(v) for k, v in checks.session_info(self.exp).items()}
         meta = {"version": np.int64(self.version or 0), "worker": self.tag, **info}
-        sessions = [{k: v[i] for k, v in (rec | memory).items()} | meta for i in range(self.B)]
+        sessions = [{k: v[i] for k, v in rec.items()} | meta for i in range(self.B)]
         self.db.add_sessions(sessions, self.exp.buffer_size)
         self.rounds += 1
         if ended:
-            steps = self.db.count_sessions().added * self.exp.session_length
-            when = {"time": time.time(), "steps": steps, "worker": self.worker.id, "version": self.version}
+            steps = self.db.env_steps(self.exp.session_length)
+            when = {"time": time.time(), "steps": steps, "worker": self.worker.id}
+            when["version"] = self.version
             self.db.add_metrics("episodes", [e | when for e in ended])
             self.recent.extend(e["return"] for e in ended)

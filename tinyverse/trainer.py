@@ -1,157 +1,151 @@
 """The train loop: sample sessions (in the background), train at the pace, publish params."""
 
 import logging
-import queue
-import threading
+import math
 import time
 
 from . import checks, declared
 from .database import Database
-from .errors import Every, command
+from .errors import command
+from .every import Every
 from .experiment import Experiment
 from .options import store
 from .pace import Pace
 from .params import Publisher
+from .prefetch import Prefetcher
 from .workers import Worker
 
 log = logging.getLogger(__name__)
+SLOW = "for a batch (sampling is slow, or skips corrupt or foreign records)"
 
 
 def train(
-    exp: Experiment, db: Database, batch_size=32, steps=None, save_every=100, report_every=2, sync=None, on_report=None
+    exp, db, batch_size=32, updates=None, save_every=100, report_every=2, sync=None, on_report=None
 ) -> int:
-    """Train ``steps`` updates (for ever if None) on batches of ``batch_size`` sessions (per live player with
-    ``exp.batch_per_player``) at the pace; return the last published version. Publishes (:class:`Publisher`) every
-    ``save_every`` updates, while waiting, and at a (warm) stop; reports metrics every ``report_every`` s."""
-    trainer = Trainer(exp, db, batch_size, steps, save_every, report_every, sync, on_report)
-    with trainer.worker:
+    """Train ``updates`` updates (for ever if None) on batches of ``batch_size`` sessions (per live
+    player with ``exp.batch_per_player``) at the pace; return the last published version. Publishes
+    (:class:`Publisher`) every ``save_every`` updates, while it waits for the pace, and at a (warm)
+    stop; reports metrics every ``report_every`` s."""
+    trainer = Trainer(exp, db, batch_size, sync, report_every, on_report)
+    with trainer.worker as worker:
         try:
-            trainer.worker.run(steps, trainer.step, trainer.starved, trainer.behind)
+            while not worker.stop and trainer.done != updates:
+                batch = trainer.next_batch()  # waits for sessions, then a sample (None: a stop)
+                if batch is None or not trainer.wait_for_pace():  # it publishes while it waits
+                    break
+                trainer.train_step(batch)
+                if trainer.done % save_every == 0:
+                    trainer.publish()
+                trainer.report(final=trainer.done == updates)  # a heartbeat: stop requests heard
         finally:
             trainer.prefetch.close()
         trainer.pace.flush()
-        trainer.publish()  # a warm stop or the last step
-    done, updates, version = trainer.done, trainer.pace.total, trainer.publisher.version
-    log.info("stopped after %d updates here (%d in the run); params version %d is stored", done, updates, version)
+        trainer.publish()  # a warm stop, or the last update
+    version = trainer.publisher.version
+    said = "stopped after %d updates here (%d in the run); params version %d is stored"
+    log.info(said, trainer.done, trainer.pace.total, version)
     return version
 
 
 class Trainer:
-    """One trainer's updates, publications and reports (the arguments of :func:`train`)."""
+    """One trainer's waits, updates, publications and reports (the arguments of :func:`train`)."""
 
-    def __init__(self, exp: Experiment, db: Database, batch_size, steps, save_every, report_every, sync, on_report):
+    def __init__(self, exp: Experiment, db: Database, batch_size, sync, report_every, on_report):
         declared.check(exp)
-        self.exp, self.db, self.batch_size = exp, db, batch_size
-        self.steps, self.save_every = steps, save_every
-        self.prefetch = Prefetcher(exp, db, self.grown(), exp.prefetch)  # refuses a batch too big
+        self.exp = exp
+        self.db = db
+        self.batch_size = batch_size  # sessions an update (a live player's, with batch_per_player)
+        self.prefetch = Prefetcher(exp, db, self.batch_size_now(), exp.prefetch)  # refuses too big
         self.pace = Pace(exp, db)
         store(exp, db)  # the run's options, at its first write
-        self.publisher, self.worker = Publisher(exp, db, sync, exp.local_params), Worker(db, "trainer")
-        self.worker.info |= {"pace": self.pace.spec, "updates": 0, "version": self.publisher.version}
-        self.report_every, self.on_report, self.say = report_every, on_report, Every(10.0)  # the log every 10 s
-        self.done, self.saved, self.reported, self.batch, self.sums = 0, 0, 0, None, {}
+        self.publisher = Publisher(exp, db, sync, exp.local_params)
+        self.worker = Worker(db, "trainer")
+        self.worker.info |= {"pace": self.pace.spec, "updates": 0}
+        self.worker.info["version"] = self.publisher.version
+        self.report_every = report_every
+        self.on_report = on_report  # on_report(mean metrics, env steps), at each report
+        self.say = Every(10.0)  # the log, every 10 s
+        self.done = 0  # updates here
+        self.saved = 0  # updates here at the last publication
+        self.reported = 0  # updates here at the last report
+        self.sums = {}  # of each metric since the last report
+        self.fed = False  # whether enough sessions for a batch were stored, as last seen
         self.started = self.last_report = time.monotonic()
         checks.call("prepare_training", exp.prepare_training)
 
-    def grown(self) -> int:
-        """The batch to sample: ``batch_size`` sessions, times the live players if the experiment asks."""
-        players = sum(w["role"] == "player" for w in self.db.workers()) if self.exp.batch_per_player else 1
+    def batch_size_now(self) -> int:
+        """The batch to sample: ``batch_size`` sessions, times the live players if the experiment
+        asks."""
+        if not self.exp.batch_per_player:
+            return self.batch_size
+        players = sum(w["role"] == "player" for w in self.db.workers())
         return self.batch_size * max(1, players)
 
-    def starved(self) -> str | None:
-        """What the next update waits for, or None when its batch is here."""
-        if self.batch is None and (stored := self.db.count_sessions().stored) < (b := self.prefetch.batch_size):
-            return f"for sessions: {stored} of {b} stored; start a player: {command('play')}"
-        self.batch = self.prefetch.get()
-        return None if self.batch is not None else "for a batch (sampling is slow, or skips corrupt or foreign records)"
+    def next_batch(self) -> dict | None:
+        """The next update's batch, waiting while too few sessions are stored or the sample is
+        slow; None if a stop came first."""
+        batch = self.prefetch.get() if self.fed else None  # no look at the count while it flows
+        while batch is None:
+            stored = self.db.count_sessions().stored
+            wanted = self.prefetch.batch_size
+            self.fed = stored >= wanted
+            if self.fed and (batch := self.prefetch.get()) is not None:
+                break
+            start = f"start a player: {command('play', self.db.prefix)}"
+            why = SLOW if self.fed else f"for sessions: {stored} of {wanted} stored; {start}"
+            if not self.worker.idle(why):
+                return None
+        return batch
 
-    def behind(self) -> str | None:
-        """What the next update waits for of the pace (:meth:`Pace.trainer_waits`); meanwhile, publish."""
-        if (reason := self.pace.trainer_waits()) is not None:
+    def wait_for_pace(self) -> bool:
+        """Wait while the pace holds the next update back (:meth:`Pace.trainer_waits`),
+        publishing meanwhile: the players catch up with the newest params. False on a stop."""
+        while (why := self.pace.trainer_waits()) is not None:
             self.publish()
-        return reason
+            if not self.worker.idle(why):
+                return False
+        return True
+
+    def train_step(self, batch: dict) -> None:
+        """An update, counted for the pace, its metrics summed for the next report."""
+        self.exp.update_count = self.pace.count(len(batch["rewards"]))
+        for k, v in checks.train_step(self.exp, batch).items():
+            self.sums[k] = self.sums.get(k, 0.0) + v
+        self.done += 1
 
     def publish(self) -> None:
         """Push what was trained since the last publication, if anything."""
         if self.saved < self.done:
-            p, self.saved = self.publisher, self.done
-            self.worker.info |= {"version": p.push(), "pushes": p.pushes, "conflicts": p.conflicts}
+            self.saved = self.done
+            version = self.publisher.push()
+            pushes = {"pushes": self.publisher.pushes, "conflicts": self.publisher.conflicts}
+            self.worker.info |= {"version": version, **pushes}
 
-    def step(self) -> bool:
-        """An update on the batch :meth:`starved` fetched; True if this trainer should stop."""
-        self.exp.update_count = self.pace.count(len(self.batch["rewards"]))
-        for k, v in checks.train_step(self.exp, self.batch).items():
-            self.sums[k] = self.sums.get(k, 0.0) + v
-        self.done += 1
-        if self.done % self.save_every == 0:
-            self.publish()
-        return self.report()
-
-    def report(self) -> bool:
-        """Heartbeat; every ``report_every`` seconds and at the last step, store the mean metrics. True: stop."""
-        now, p, final = time.monotonic(), self.publisher, self.done == self.steps
+    def report(self, final: bool) -> None:
+        """Heartbeat; every ``report_every`` seconds and at the last update, store the mean
+        metrics (and look at the batch size again)."""
+        now = time.monotonic()
         rate = round(self.done / (now - self.started), 1)
-        stop = self.worker.beat(updates=self.done, updates_per_s=rate)
+        self.worker.beat(updates=self.done, updates_per_s=rate)
         if now - self.last_report < self.report_every and not final:
-            return stop
+            return
         self.pace.flush()
-        self.prefetch.batch_size = self.grown()
+        self.prefetch.batch_size = self.batch_size_now()
         means = {k: v / (self.done - self.reported) for k, v in self.sums.items()}
-        steps = self.db.count_sessions().added * self.exp.session_length
+        steps = self.db.env_steps(self.exp.session_length)
+        p = self.publisher
         record = {"time": time.time(), "updates": self.done, "steps": steps, "version": p.version}
-        record |= {"batch": self.prefetch.batch_size, "worker": self.worker.id, "push_s": round(p.seconds, 4)}
+        record |= {"batch": self.prefetch.batch_size, "worker": self.worker.id}
+        record |= {"push_s": round(p.seconds, 4), "pushes": p.pushes, "push_conflicts": p.conflicts}
         record["run_updates"] = self.pace.total  # all trainers', across restarts: plot's x-axis
-        self.db.add_metrics("train", [record | {"pushes": p.pushes, "push_conflicts": p.conflicts, **means}])
+        finite = {k: v for k, v in means.items() if math.isfinite(v)}  # NaN: no JSON (logged)
+        self.db.add_metrics("train", [record | finite])
         if self.on_report is not None:
             self.on_report(means, steps)
         if self.say() or final:
             shown = " ".join([f"params v{p.version}", *(f"{k} {v:.4g}" for k, v in means.items())])
-            log.info("update %d of the run (%d here, %.0f/s) %s", self.pace.total, self.done, rate, shown)
-        self.sums, self.reported, self.last_report = {}, self.done, now
-        return stop
-
-
-class Prefetcher:
-    """``depth`` batches on their way in a daemon thread (started by the first :meth:`get`), so that
-    training never waits on the database, nor a stop on a sample (0: the training thread fetches
-    them, faster when a batch is cheap and an update short: no second thread for the GIL)."""
-
-    def __init__(self, exp: Experiment, db: Database, batch_size: int, depth: int = 2):
-        self.exp, self.db, self.batch_size = exp, db, batch_size
-        self.fits = 0  # the batch size known to fit in memory
-        self.ahead = queue.Queue(depth) if depth > 0 else None
-        self.thread = threading.Thread(target=self._run, name="prefetch", daemon=True)
-        self.closed = threading.Event()
-        self._fit()
-
-    def _fit(self) -> None:
-        if self.fits != self.batch_size and declared.batch_fits(self.db, self.batch_size):
-            self.fits = self.batch_size
-
-    def _fetch(self) -> dict | None:
-        self._fit()  # the batch may have grown
-        return checks.sample(self.exp, self.db, self.batch_size)
-
-    def _run(self) -> None:
-        while not self.closed.is_set():
-            try:
-                self.ahead.put(self._fetch())
-            except Exception as e:  # raised in the training thread by get()
-                self.ahead.put(e)
-
-    def get(self) -> dict | None:
-        """The next batch (a sampling error raised here), or None if none came within 0.1 s."""
-        if self.ahead is not None and self.thread.ident is None:
-            self.thread.start()  # at the first get: sessions are stored
-        try:
-            batch = self._fetch() if self.ahead is None else self.ahead.get(timeout=0.1)
-        except queue.Empty:
-            return None
-        if isinstance(batch, Exception):
-            raise batch
-        return batch
-
-    def close(self) -> None:
-        self.closed.set()  # the thread ends at its next put, which emptying the queue lets through
-        while self.ahead is not None and not self.ahead.empty():
-            self.ahead.get_nowait()
+            said = "update %d of the run (%d here, %.0f/s) %s"
+            log.info(said, self.pace.total, self.done, rate, shown)
+        self.sums = {}
+        self.reported = self.done
+        self.last_report = now

@@ -20,27 +20,33 @@ class Transitions(NamedTuple):
     returns: np.ndarray  # (B, T) float32: sum of gamma^k r[t+k] over the m ticks
     next_observations: np.ndarray  # (B, T, ...) where to bootstrap from
     discounts: np.ndarray  # (B, T) float32: gamma^m, 0 after a termination
-    next_index: np.ndarray  # (B, T) t+m: next_observations is observations[:, t+m]; -1: a final observation
+    next_index: np.ndarray  # (B, T) t+m: next_observations is observations[:, t+m]; -1: a final one
 
 
 def nstep_transitions(batch: dict[str, np.ndarray], n: int = 1, gamma: float = 0.99) -> Transitions:
     """The n-step transition of every tick of a batch as ``train_step`` receives it."""
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
-    obs, final, rewards = batch["observations"], batch["final_observations"], batch["rewards"]
+    obs = batch["observations"]
+    final = batch["final_observations"]
+    rewards = batch["rewards"]
     terminated = batch["terminated"].astype(bool)
     ended = terminated | batch["truncated"].astype(bool)
     B, T = rewards.shape
-    t, k = np.arange(T)[:, None], np.arange(n)
-    window = np.minimum(t + k, T - 1)  # (T, n): the tick summed at step k (clipped where it left the session)
-    m = (ended[:, window] | (k == n - 1) | (t + k >= T - 1)).argmax(-1)  # (B, T): k of the first stop
+    t = np.arange(T)[:, None]  # (T, 1): the tick
+    k = np.arange(n)  # (n,): the step
+    window = np.minimum(t + k, T - 1)  # (T, n): the tick summed at step k (clipped to the session)
+    m = (ended[:, window] | (k == n - 1) | (t + k >= T - 1)).argmax(-1)  # (B, T): the first stop
     powers = (gamma**k).astype(np.float32)
-    returns = (np.where(k <= m[..., None], rewards[:, window], 0) * powers).sum(-1, dtype=np.float32)
-    rows, last = np.arange(B)[:, None], t[:, 0] + m  # the last tick summed
+    summed = np.where(k <= m[..., None], rewards[:, window], 0) * powers
+    returns = summed.sum(-1, dtype=np.float32)
+    rows = np.arange(B)[:, None]
+    last = t[:, 0] + m  # the last tick summed
     cut = ended[rows, last]
     discounts = np.where(terminated[rows, last], 0, gamma ** (m + 1)).astype(np.float32)
     following = np.where(_expand(cut, obs), final[rows, last], obs[rows, last + 1])
-    return Transitions(obs[:, :T], batch["actions"], returns, following, discounts, np.where(cut, -1, last + 1))
+    index = np.where(cut, -1, last + 1)
+    return Transitions(obs[:, :T], batch["actions"], returns, following, discounts, index)
 
 
 def _expand(mask: np.ndarray, like: np.ndarray) -> np.ndarray:

@@ -17,19 +17,26 @@ TLS = {"ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_passwo
 WHOLE = {"db", "health_check_interval"}  # read as int by redis-py (the timeouts as float)
 
 
-def connect(
-    url: str | None = None, prefix: str = "tinyverse", retry_for: float | None = None, create: bool = True
-) -> Database:
-    """Open the database at ``url`` (default: $TINYVERSE_DB, else ./tinyverse.db). ``retry_for``: seconds an unreachable
-    server is waited for (None: for ever, as workers should); ``create`` False: a missing SQLite file is an error."""
+TOOL_WAIT = 5.0  # seconds a tool (info, eval, export, ...) waits for the database, then says so
+
+
+def connect(url=None, prefix="tinyverse", retry_for=None, create=True, capacity=None) -> Database:
+    """Open the database at ``url`` (default: $TINYVERSE_DB, else ./tinyverse.db). ``retry_for``:
+    seconds an unreachable one is waited for (None: for ever, as workers do; tools: TOOL_WAIT);
+    ``create`` False: a missing SQLite file is an error; ``capacity`` (``--buffer-size``): the
+    sessions it keeps from now on, for every worker."""
     url = url_from(url)
     if url.startswith("sqlite://"):
         from .sqlite import SQLiteDatabase
 
-        return SQLiteDatabase(url, prefix, retry_for, create)
-    from .redis import RedisDatabase
+        db = SQLiteDatabase(url, prefix, retry_for, create)
+    else:
+        from .redis import RedisDatabase
 
-    return RedisDatabase(url, prefix, retry_for)
+        db = RedisDatabase(url, prefix, retry_for)
+    if capacity is not None:
+        db.set_capacity(capacity)
+    return db
 
 
 def url_from(url: str | None, host=None, port=None, password=None, tls_ca=None) -> str:
@@ -46,8 +53,10 @@ def url_from(url: str | None, host=None, port=None, password=None, tls_ca=None) 
     if tls_ca is not None:  # redis-py reads the CA from the URL's query
         path = Path(tls_ca).resolve()
         if not path.is_file() or not url.startswith(("redis://", "rediss://")):
-            raise DatabaseError(f"--tls-ca {tls_ca}: want the CA certificate file (PEM) of a Redis server")
-        url = f"rediss://{url.split('://', 1)[1]}{'&' if '?' in url else '?'}ssl_ca_certs={quote(str(path))}"
+            want = "want the CA certificate file (PEM) of a Redis server"
+            raise DatabaseError(f"--tls-ca {tls_ca}: {want}")
+        query = f"{'&' if '?' in url else '?'}ssl_ca_certs={quote(str(path))}"
+        url = f"rediss://{url.split('://', 1)[1]}{query}"
     return checked(url)
 
 

@@ -1,4 +1,5 @@
-"""Redis backend: many machines share one server (how it works: docs/database.rst). Keys are ``{prefix}:{name}``."""
+"""Redis backend: many machines share one server (how it works: docs/database.rst). Keys are
+``{prefix}:{name}``."""
 
 import contextlib
 import re
@@ -8,9 +9,9 @@ from urllib.parse import urlsplit
 import redis
 
 from ..errors import DatabaseError
-from .backend import number
 from .base import Database
 from .lua import ADD, CLEAR
+from .records import number
 
 NAMESPACES = "tinyverse:namespaces"
 ANSWER_WAIT = 30.0  # seconds a worker's command waits for an answer till it says so and waits on
@@ -28,20 +29,23 @@ class RedisDatabase(Database):
         opts = dict(socket_timeout=timeout, socket_connect_timeout=5, health_check_interval=10)
         opts["retry"] = once
         self.r = redis.Redis.from_url(url, **opts)
-        # params reads (every player's load: the hub's biggest load) from a read replica when the URL names one
+        # params reads (every player's: the hub's biggest load) from a replica if the URL names one
         self.reads = self.r if replica is None else redis.Redis.from_url(replica, **opts)
         self.k = {n: f"{prefix}:{n}" for n in ("sessions", "seq", "lo", "meta", "params")}
         self.ring = [self.k["sessions"], self.k["seq"], self.k["lo"], self.k["meta"]]
-        self.scripts = {n: self.r.register_script(src) for n, src in (("add", ADD), ("clear", CLEAR))}
+        self.scripts = {"add": self.r.register_script(ADD), "clear": self.r.register_script(CLEAR)}
         for client in {self.r, self.reads}:
             self._call(client.ping)  # a wrong URL or password shows now, not at the first write
 
     def _is_transient(self, e):
-        if isinstance(e, redis.AuthenticationError):  # a wrong password does not get better with time
-            raise DatabaseError(f"Redis at {self.url} refused the password ({e}): check --password or the URL")
+        if isinstance(e, redis.AuthenticationError):  # a wrong password does not get better
+            fix = "check --password or the URL"
+            raise DatabaseError(f"Redis at {self.url} refused the password ({e}): {fix}")
         if "SSL" in str(e):  # nor does a certificate that does not verify
-            fix = "pass the CA that signed the server's certificate: --tls-ca FILE (or ?ssl_ca_certs=FILE in the URL)"
-            raise DatabaseError(f"TLS with Redis at {self.url} failed ({str(e).split('] ')[-1]}): {fix}")
+            fix = "pass the CA that signed the server's certificate: --tls-ca FILE (or "
+            fix += "?ssl_ca_certs=FILE in the URL)"
+            failed = f"TLS with Redis at {self.url} failed ({str(e).split('] ')[-1]})"
+            raise DatabaseError(f"{failed}: {fix}")
         loading = isinstance(e, redis.ResponseError) and str(e).startswith("LOADING")
         return loading or isinstance(e, (redis.ConnectionError, redis.TimeoutError))
 
@@ -66,7 +70,8 @@ class RedisDatabase(Database):
         self.scripts["add"](keys=[*self.ring, NAMESPACES], args=[capacity, self.prefix, *blobs])
 
     def _get(self, ids):
-        return {i: b for i, b in zip(ids, self.r.hmget(self.k["sessions"], ids), strict=True) if b is not None}
+        found = self.r.hmget(self.k["sessions"], ids)
+        return {i: b for i, b in zip(ids, found, strict=True) if b is not None}
 
     def _delete(self, ids):
         return self.r.hdel(self.k["sessions"], *ids)
@@ -92,13 +97,14 @@ class RedisDatabase(Database):
             raise DatabaseError(f"{self.k['meta']} field {key!r} ({e}): {self.junk}") from None
 
     def _save_params(self, blob, version):
-        self.r.sadd(NAMESPACES, self.prefix)  # a namespace is listed once it holds data: sessions or params
+        self.r.sadd(NAMESPACES, self.prefix)  # a namespace is listed once it holds data
 
-        def write(p):  # WATCH/MULTI, retried if the params change in between (a Lua script would copy MBs)
+        def write(p):  # WATCH/MULTI, retried if the params change meanwhile (Lua would copy MBs)
             stored = self._saved(p.hget(self.k["params"], "version") or 0)[0]
             if (new := version(stored)) is not None:
                 p.multi()
-                p.hset(self.k["params"], mapping={"version": new, "time": time.time(), "data": blob})
+                saved = {"version": new, "time": time.time(), "data": blob}
+                p.hset(self.k["params"], mapping=saved)
             return new
 
         return self.r.transaction(write, self.k["params"], value_from_callable=True)
@@ -131,7 +137,7 @@ class RedisDatabase(Database):
     def _clear(self, what):
         if "settings" in what and (junk := [key for key, _ in self._wrong_types()]):
             self.r.unlink(*junk)  # of another type: gone whole, so the rest can run
-        if "sessions" in what:  # and their layout; keep seq (sessions ever added), start the ring after it
+        if "sessions" in what:  # and their layout; seq (sessions ever added) stays
             self.scripts["clear"](keys=self.ring)
         keys = [self.k["params"]] if "params" in what else []
         for name, pattern in (("workers", "worker:*"), ("metrics", "metrics:*")):
@@ -154,7 +160,8 @@ class RedisDatabase(Database):
 
 
 def _replica(url: str) -> tuple[str, str | None]:
-    """The URL without its ``replica=HOST:PORT`` query item, and that URL pointed at the replica (None: none named)."""
+    """The URL without its ``replica=HOST:PORT`` query item, and that URL pointed at the replica
+    (None: none named)."""
     parts = urlsplit(url)
     items = [q for q in parts.query.split("&") if q]
     named = [q.removeprefix("replica=") for q in items if q.startswith("replica=")]
@@ -164,4 +171,5 @@ def _replica(url: str) -> tuple[str, str | None]:
         raise DatabaseError(f"bad replica={named[-1]!r} in the Redis URL: use ?replica=HOST:PORT")
     primary = parts._replace(query="&".join(q for q in items if not q.startswith("replica=")))
     auth = parts.netloc.rpartition("@")[0]
-    return primary.geturl(), primary._replace(netloc=f"{auth}@{named[-1]}" if auth else named[-1]).geturl()
+    replica = primary._replace(netloc=f"{auth}@{named[-1]}" if auth else named[-1])
+    return primary.geturl(), replica.geturl()

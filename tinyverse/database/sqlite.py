@@ -1,4 +1,4 @@
-"""Embedded SQLite backend: one file, many processes on one machine (how it works: docs/database.rst)."""
+"""Embedded SQLite backend: one file, many processes on one machine (docs/database.rst)."""
 
 import contextlib
 import os
@@ -8,8 +8,8 @@ import threading
 import time
 
 from ..errors import DatabaseError
-from .backend import number
 from .base import Database
+from .records import number
 
 TABLES = {
     "sessions": "id INTEGER PRIMARY KEY AUTOINCREMENT, data BLOB NOT NULL",
@@ -26,7 +26,7 @@ LOCK_WAIT = 30.0  # seconds a worker's statement waits for the write lock; then 
 def prefixes_in(conn: sqlite3.Connection, path: str) -> set[str]:
     """The prefixes of a file's tinyverse tables, marked or of an earlier version (unmarked);
     DatabaseError if it holds anything else: tables, views or triggers of another application."""
-    found, foreign = set(), []
+    found, foreign = set(), []  # the prefixes of ours; the names of another application's
     for kind, name, sql in conn.execute("SELECT type, name, sql FROM sqlite_master"):
         if (ours := OURS.fullmatch(name)) and kind in ("table", "index"):
             found.add(ours[1])
@@ -42,7 +42,7 @@ def prefixes_in(conn: sqlite3.Connection, path: str) -> set[str]:
 class SQLiteDatabase(Database):
     errors = (sqlite3.Error,)
 
-    def __init__(self, url: str, prefix: str = "tinyverse", retry_for: float | None = None, create: bool = True):
+    def __init__(self, url: str, prefix="tinyverse", retry_for: float | None = None, create=True):
         super().__init__(url, prefix, retry_for)
         self.path = url.split("sqlite://", 1)[1].removeprefix("/") or "tinyverse.db"
         if not create and not os.path.exists(self.path):
@@ -81,12 +81,12 @@ class SQLiteDatabase(Database):
                         raise
                     time.sleep(0.01)  # refused at once, not made to wait: try again, as for a lock
             conn.execute("PRAGMA synchronous=NORMAL")
-            self._local.conn = conn  # only once it works: a file that is not a database fails each time
+            self._local.conn = conn  # once it works: a file that is no database fails each time
         return self._local.conn
 
     @contextlib.contextmanager
     def _write(self):
-        """Several statements as one transaction that takes the write lock up front, rolled back on error."""
+        """One transaction of statements, the write lock taken up front; rolled back on error."""
         with self.conn as db:  # commits on leaving, rolls back on an error
             db.execute("BEGIN IMMEDIATE")
             yield db
@@ -101,8 +101,9 @@ class SQLiteDatabase(Database):
 
     def _range(self):
         s = self.t["sessions"]  # subqueries: one min(id), max(id) statement scans the table
-        sql = f"SELECT (SELECT min(id) FROM {s}), (SELECT max(id) FROM {s}), (SELECT seq FROM sqlite_sequence"
-        lo, hi, added = self.conn.execute(sql + " WHERE name = ?)", (s[1:-1],)).fetchone()
+        sql = f"SELECT (SELECT min(id) FROM {s}), (SELECT max(id) FROM {s}), "
+        sql += "(SELECT seq FROM sqlite_sequence WHERE name = ?)"
+        lo, hi, added = self.conn.execute(sql, (s[1:-1],)).fetchone()
         added = number(added or 0, int, f"{s}'s row of sqlite_sequence", self.junk)
         return (1, 0, added) if lo is None else (lo, hi, added)
 
@@ -117,11 +118,13 @@ class SQLiteDatabase(Database):
             db.execute(f"DELETE FROM {s} WHERE id <= (SELECT max(id) FROM {s}) - ?", (capacity,))
 
     def _get(self, ids):
-        sql = f"SELECT id, data FROM {self.t['sessions']} WHERE id IN ({','.join('?' * len(ids))}) AND data != x''"
+        marks = ",".join("?" * len(ids))
+        sql = f"SELECT id, data FROM {self.t['sessions']} WHERE id IN ({marks}) AND data != x''"
         return dict(self.conn.execute(sql, ids).fetchall())
 
-    def _delete(self, ids):  # an empty record stands in until evicted: the stored range, and so the count, stay
-        sql = f"UPDATE {self.t['sessions']} SET data = x'' WHERE id IN ({','.join('?' * len(ids))}) AND data != x''"
+    def _delete(self, ids):  # an empty record stands in until evicted: the range, the count stay
+        marks = ",".join("?" * len(ids))
+        sql = f"UPDATE {self.t['sessions']} SET data = x'' WHERE id IN ({marks}) AND data != x''"
         return self.conn.execute(sql, ids).rowcount
 
     def _set_meta(self, key, value, if_absent):
@@ -132,18 +135,19 @@ class SQLiteDatabase(Database):
             self.conn.execute(f"INSERT OR {verb} INTO {self.t['meta']} VALUES (?, ?)", (key, value))
 
     def _get_meta(self, key):
-        row = self.conn.execute(f"SELECT value FROM {self.t['meta']} WHERE key = ?", (key,)).fetchone()
-        return None if row is None else row[0]
+        rows = self.conn.execute(f"SELECT value FROM {self.t['meta']} WHERE key = ?", (key,))
+        return next((row[0] for row in rows), None)
 
     def _incr_meta(self, key, n):
-        sql = f"INSERT INTO {self.t['meta']} VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = value + ?"
+        sql = f"INSERT INTO {self.t['meta']} VALUES (?, ?) ON CONFLICT DO UPDATE SET value=value+?"
         return self.conn.execute(sql + " RETURNING value", (key, n, n)).fetchall()[0][0]
 
     def _save_params(self, blob, version):
+        p = self.t["params"]
         with self._write() as db:
-            row = db.execute(f"SELECT version FROM {self.t['params']}").fetchone()
+            row = db.execute(f"SELECT version FROM {p}").fetchone()
             if (new := version(0 if row is None else self._saved(row[0])[0])) is not None:
-                db.execute(f"INSERT OR REPLACE INTO {self.t['params']} VALUES (1, ?, ?, ?)", (new, time.time(), blob))
+                db.execute(f"REPLACE INTO {p} VALUES (1, ?, ?, ?)", (new, time.time(), blob))
             return new
 
     def _params(self, data):
@@ -152,10 +156,12 @@ class SQLiteDatabase(Database):
         return None if row is None else (*self._saved(*row[:2]), row[2])
 
     def _heartbeat(self, worker_id, info, ttl):
+        w = self.t["workers"]
+        now = time.time()
         with self._write() as db:
-            db.execute(f"DELETE FROM {self.t['workers']} WHERE id = ? OR expires < ?", (worker_id, time.time()))
+            db.execute(f"DELETE FROM {w} WHERE id = ? OR expires < ?", (worker_id, now))
             if info is not None:
-                db.execute(f"INSERT INTO {self.t['workers']} VALUES (?, ?, ?)", (worker_id, info, time.time() + ttl))
+                db.execute(f"INSERT INTO {w} VALUES (?, ?, ?)", (worker_id, info, now + ttl))
 
     def _workers(self):
         sql = f"SELECT id, info FROM {self.t['workers']} WHERE expires >= ? ORDER BY id"
@@ -164,13 +170,15 @@ class SQLiteDatabase(Database):
     def _add_metrics(self, kind, records, limit):
         m = self.t["metrics"]
         with self._write() as db:
-            db.executemany(f"INSERT INTO {m} (kind, data) VALUES (?, ?)", [(kind, r) for r in records])
-            cut = f"(SELECT id FROM {m} WHERE kind = ? ORDER BY id DESC LIMIT 1 OFFSET ?)"  # the newest one too many
-            db.execute(f"DELETE FROM {m} WHERE kind = ? AND id <= {cut}", (kind, kind, limit))
+            rows = [(kind, r) for r in records]
+            db.executemany(f"INSERT INTO {m} (kind, data) VALUES (?, ?)", rows)
+            too_many = f"(SELECT id FROM {m} WHERE kind = ? ORDER BY id DESC LIMIT 1 OFFSET ?)"
+            db.execute(f"DELETE FROM {m} WHERE kind = ? AND id <= {too_many}", (kind, kind, limit))
 
     def _metrics(self, kind, last):
-        sql = f"SELECT data FROM (SELECT id, data FROM {self.t['metrics']} WHERE kind = ? ORDER BY id DESC LIMIT ?)"
-        return [r[0] for r in self.conn.execute(sql + " ORDER BY id", (kind, last))]
+        newest = f"SELECT id, data FROM {self.t['metrics']} WHERE kind = ? ORDER BY id DESC LIMIT ?"
+        sql = f"SELECT data FROM ({newest}) ORDER BY id"
+        return [r[0] for r in self.conn.execute(sql, (kind, last))]
 
     def _clear(self, what):
         with self._write() as db:
@@ -180,7 +188,8 @@ class SQLiteDatabase(Database):
                 db.execute(f"DELETE FROM {self.t['meta']} WHERE key = 'layout'")
             if "settings" in what:  # stop requests stay: remote workers still stop
                 db.execute(f"DELETE FROM {self.t['meta']} WHERE key NOT LIKE 'stop:%'")
-                db.execute("DELETE FROM sqlite_sequence WHERE name = ?", (self.t["sessions"][1:-1],))
+                sessions = self.t["sessions"][1:-1]  # unquoted
+                db.execute("DELETE FROM sqlite_sequence WHERE name = ?", (sessions,))
 
     def _namespaces(self):
         return [r[0] for r in self.conn.execute("SELECT prefix FROM tinyverse_prefixes")]

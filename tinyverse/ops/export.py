@@ -1,16 +1,17 @@
-"""``export``, ``import``, ``eval --params``: a trained agent as a safetensors file (arrays and a JSON header)."""
+"""``export``, ``import``, ``eval --params``: a trained agent as a safetensors file (arrays and a
+JSON header)."""
 
 import json
-import os
 import re
 from pathlib import Path
 
 import numpy as np
 
 from .. import __version__
-from ..database import connect, masked
-from ..errors import TinyverseError, command
+from ..database import TOOL_WAIT, connect, masked
+from ..errors import TinyverseError, command, install
 from ..experiment import Experiment
+from ..files import written_whole
 from ..loader import load_experiment
 from ..params import check_params
 
@@ -19,68 +20,81 @@ MAX_VERSION = 2**62  # a stored version; SQLite's integers end at 2^63-1
 
 
 def mode_export(args):
-    """Write the latest params, with the run's options, to a safetensors file (loads without tinyverse)."""
-    db = connect(args.url, args.prefix, retry_for=30, create=False)
+    """Write the latest params, with the run's options, to a safetensors file (no tinyverse needed
+    to load it)."""
+    db = connect(args.url, args.prefix, TOOL_WAIT, create=False)
     if (found := db.load_params()) is None:
-        raise TinyverseError(f"no params in prefix {db.prefix} of {db.url} to export: train first, or check --prefix")
-    (version, params), name = found, Path(args.experiment).stem
+        fix = "train first, or check --prefix"
+        raise TinyverseError(f"no params in prefix {db.prefix} of {db.url} to export: {fix}")
+    version, params = found
+    name = Path(args.experiment).stem
     meta = {"format": FORMAT, "tinyverse": __version__, "experiment": name, "version": str(version)}
     meta |= {"options": json.dumps(db.setting("options")), "prefix": db.prefix}
     path = Path(args.output or f"{name}.safetensors")
-    part = path.with_name(f".{path.name}.part")  # the file appears whole or not at all
     st = _safetensors()
     arrays = {k: np.require(v, requirements="C") for k, v in params.items()}  # 0-d stays 0-d
     try:
-        st.numpy.save_file(arrays, part, metadata=meta)
-        os.replace(part, path)
+        with written_whole(path) as part:
+            st.numpy.save_file(arrays, part, metadata=meta)
     except (ValueError, TypeError) as e:  # a dtype safetensors does not know, such as complex
         raise TinyverseError(f"cannot write params as safetensors ({e})") from None
     except (OSError, st.SafetensorError) as e:  # a folder, no folder, no permission, a full disk
         raise TinyverseError(f"cannot write {path} ({e}): pick another -o") from None
-    finally:
-        part.unlink(missing_ok=True)
     print(f"wrote {path}: params version {version} of prefix {db.prefix}")
 
 
 def mode_import(args):
-    """Seed the namespace with the params and options of a file written by export (a warm start, or a move)."""
-    db = connect(args.url, args.prefix, retry_for=30)
+    """Seed the namespace with the params and options of a file written by export (a warm start,
+    or a move)."""
+    db = connect(args.url, args.prefix, TOOL_WAIT)
     exp, meta, params = load(args.file, args.experiment, args.options)
-    stored, options = db.setting("options"), exp.options  # the experiment took the file: its options and shapes fit
+    stored = db.setting("options")
+    options = exp.options  # the experiment took the file: its options and shapes fit
     if stored is not None and options is not None and stored != options:
-        key = next(k for k in sorted(stored.keys() | options.keys()) if stored.get(k) != options.get(k))
+        keys = sorted(stored.keys() | options.keys())
+        key = next(k for k in keys if stored.get(k) != options.get(k))
         raise TinyverseError(
             f"{args.file} has option {key}={options.get(key)!r}, prefix {db.prefix} stores "
             f"{key}={stored.get(key)!r}: import into another --prefix"
         )
     if (held := db.params_version()) is not None:
-        fix = f"import into another --prefix, or delete them first with {command('clear --del-weights')}"
+        fix = f"delete them first with {command('clear --del-params', db.prefix)}"
+        fix = f"import into another --prefix, or {fix}"
         raise TinyverseError(f"prefix {db.prefix} holds params already (version {held}): {fix}")
     if options is not None:
         db.claim("options", options)
-    if (version := db.save_params(params, min_version=int(meta["version"]), if_absent=True)) is None:
-        raise TinyverseError(f"a worker stored params in prefix {db.prefix} meanwhile: import into another --prefix")
-    print(f"imported {args.file} into prefix {db.prefix} of {masked(args.url)}: params version {version}")
+    version = db.save_params(params, min_version=int(meta["version"]), if_absent=True)
+    if version is None:
+        fix = "import into another --prefix"
+        raise TinyverseError(f"a worker stored params in prefix {db.prefix} meanwhile: {fix}")
+    where = f"prefix {db.prefix} of {masked(args.url)}"
+    print(f"imported {args.file} into {where}: params version {version}")
 
 
 def load(path: str, experiment: str, options: dict[str, str]) -> tuple[Experiment, dict, dict]:
-    """(experiment holding the params, metadata, params) of a file written by export; ``options`` over its own."""
+    """(experiment holding the params, metadata, params) of a file written by export; ``options``
+    over its own."""
     if not Path(path).is_file():
-        raise TinyverseError(f"no file {path}: pass a .safetensors file written by python -m tinyverse EXP export")
+        fix = "pass a .safetensors file written by python -m tinyverse EXP export"
+        raise TinyverseError(f"no file {path}: {fix}")
     st = _safetensors()
     try:
         with st.safe_open(path, framework="np") as f:
-            meta, params = f.metadata() or {}, {k: f.get_tensor(k) for k in f.keys()}
+            meta = f.metadata() or {}
+            params = {k: f.get_tensor(k) for k in f.keys()}
     except Exception as e:  # SafetensorError, OSError: the file is not one of ours
-        raise TinyverseError(f"{path} is not a safetensors file of tinyverse params ({e})") from None
+        raise TinyverseError(f"{path} is not a safetensors file of tinyverse ({e})") from None
     meta = _checked(path, meta)
-    spell = {True: "true", False: "false", None: "none"}  # stored values as --set texts: parsed as a user's
-    texts = {k: spell[v] if v is None or isinstance(v, bool) else str(v) for k, v in (meta["options"] or {}).items()}
+    spell = {True: "true", False: "false", None: "none"}  # stored values as --set texts, a user's
+    stored = (meta["options"] or {}).items()
+    texts = {k: spell[v] if v is None or isinstance(v, bool) else str(v) for k, v in stored}
     try:
         exp = load_experiment(experiment, None, {**texts, **options})
-        check_params(exp.get_params(), params, f"file {path}", "drop the --set options that change the network")
+        fix = "drop the --set options that change the network"
+        check_params(exp.get_params(), params, f"file {path}", fix)
     except TinyverseError as e:
-        raise TinyverseError(f"{path} (from {meta.get('experiment')}) does not fit {experiment}: {e}") from None
+        source = f"{path} (from {meta.get('experiment')})"
+        raise TinyverseError(f"{source} does not fit {experiment}: {e}") from None
     exp.set_params(params)
     return exp, meta, params
 
@@ -107,5 +121,6 @@ def _safetensors():
     try:
         import safetensors.numpy
     except ImportError:
-        raise TinyverseError("export and import need safetensors: pip install 'tinyverse[export]'") from None
+        needs = f"export and import need safetensors: {install('safetensors')}"
+        raise TinyverseError(needs) from None
     return safetensors

@@ -1,9 +1,9 @@
-"""``run``: players and trainers as ``python -m tinyverse`` children, supervised, then stopped warmly."""
+"""``run``: players and trainers as ``python -m tinyverse`` children, supervised, then stopped
+warmly."""
 
 import logging
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -13,11 +13,12 @@ import numpy as np
 
 from .. import readable
 from ..database import Database, connect
-from ..errors import Every, TinyverseError
+from ..errors import TinyverseError
 from ..evaluation import evaluate
+from ..every import Every
 from ..loader import load_experiment
 from ..options import store
-from ..workers import PARENT, StopFlag
+from ..workers import PARENT, StopFlag, spawn
 from . import ray
 from .bottleneck import side
 
@@ -27,17 +28,19 @@ STOP_TIMEOUT = 30.0  # seconds a worker has to stop warmly before it is killed
 
 
 def mode_run(args):
-    """Start players and trainers on this machine (or a Ray cluster), supervise them, stop them, then eval."""
-    db = connect(args.url, args.prefix)
-    if args.buffer_size:
-        db.set_capacity(args.buffer_size)
+    """Start players and trainers on this machine (or a Ray cluster), supervise them, stop them,
+    then eval."""
+    db = connect(args.url, args.prefix, capacity=args.buffer_size)
     exp = load_experiment(args.experiment, db, args.options)
     store(exp, db)  # the children adopt the run's options
-    # the URL goes to the children in their environment: a password stays out of ps; a SQLite path absolute, for Ray
+    # the URL goes to the children in their environment: a password stays out of ps; a SQLite
+    # path absolute, for Ray
     url = f"sqlite:///{Path(db.path).resolve()}" if args.url.startswith("sqlite:") else args.url
-    env, experiment, spawn = {**os.environ, "TINYVERSE_DB": url, PARENT: str(os.getpid())}, args.experiment, spawn_local
+    env = {**os.environ, "TINYVERSE_DB": url, PARENT: str(os.getpid())}
+    experiment = args.experiment
+    start = spawn
     if args.ray:  # the workers run in the experiment's folder as Ray ships it
-        spawn = ray.join(args.ray, experiment, url, args.players + args.trainers)
+        start = ray.join(args.ray, experiment, url, args.players + args.trainers)
         experiment = Path(experiment).name
     sync = [] if args.sync is None else ["--sync" if args.sync else "--no-sync"]
     train = [experiment, "train", "-b", str(args.train_batch or exp.train_batch_size), *sync]
@@ -49,7 +52,7 @@ def mode_run(args):
             workers.append((f"{role}-{i}", [*argv, "--prefix", args.prefix, "-q"], env | index))
     judge = args.target_eval and (lambda: evaluate(exp, db, args.target_eval, quiet=True))
     watch = Watch(db, exp.session_length, args.steps, args.target_return, judge)
-    reason = supervise(workers, spawn, watch, args.max_crashes)
+    reason = supervise(workers, start, watch, args.max_crashes)
     print(f"run stopped: {reason}")
     if args.eval_episodes:
         evaluate(exp, db, args.eval_episodes, None)
@@ -58,25 +61,21 @@ def mode_run(args):
         raise TinyverseError(f"run stopped ({reason}) short of {target}: info shows how far it got")
 
 
-def spawn_local(argv: list[str], env: dict[str, str], logfile: Path) -> subprocess.Popen:
-    """Start ``python -m tinyverse ARGV`` in a session of its own (a terminal's Ctrl-C reaches only run)."""
-    with open(logfile, "ab") as out:
-        io = dict(stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        return subprocess.Popen([sys.executable, "-m", "tinyverse", *argv], env=env, start_new_session=True, **io)
-
-
-def supervise(workers: list[tuple[str, list[str], dict]], spawn, watch: "Watch", max_crashes: int) -> str:
-    """Run each (name, argv, env) of ``workers`` until ``watch`` or Ctrl-C says stop, then stop them; say why.
-    ``spawn(argv, env, logfile)`` starts one: a local process, or a Ray task with Popen's poll, terminate, kill."""
-    logdir, reason = Path(tempfile.mkdtemp(prefix=f"tinyverse-{watch.db.prefix}-")), None
-    children = [Child(name, argv, env, spawn, logdir / f"{name}.log") for name, argv, env in workers]
+def supervise(workers: list[tuple], spawn, watch: "Watch", max_crashes: int) -> str:
+    """Run each (name, argv, env) of ``workers`` until ``watch`` or Ctrl-C says stop, then stop
+    them; say why. ``spawn(argv, env, logfile)`` starts one: a local process, or a Ray task with
+    Popen's poll, terminate, kill."""
+    logdir = Path(tempfile.mkdtemp(prefix=f"tinyverse-{watch.db.prefix}-"))
+    reason = None  # why the fleet stops
+    children = [Child(*worker, spawn, logdir / f"{worker[0]}.log") for worker in workers]
     log.info("starting %d workers; their logs go to %s until they stop", len(children), logdir)
     with StopFlag() as flag:
         try:
             while not flag.stop and reason is None:
                 for child in children:
                     child.check(max_crashes)
-                reason = "every worker exited by itself" if all(c.finished for c in children) else watch.check()
+                done = all(c.finished for c in children)
+                reason = "every worker exited by itself" if done else watch.check()
                 time.sleep(0.5)
         finally:
             watch.close()
@@ -98,11 +97,19 @@ def supervise(workers: list[tuple[str, list[str], dict]], spawn, watch: "Watch",
 
 
 class Child:
-    """One supervised worker: restarted with backoff when it crashes, left stopped once it exits with code 0."""
+    """One supervised worker: restarted with backoff when it crashes, left stopped once it exits
+    with code 0."""
 
     def __init__(self, name: str, argv: list[str], env: dict[str, str], spawn, logfile: Path):
-        self.name, self.argv, self.env, self.spawn, self.logfile = name, argv, env, spawn, logfile
-        self.proc, self.finished, self.crashes, self.restart_at = None, False, [], 0.0
+        self.name = name
+        self.argv = argv
+        self.env = env
+        self.spawn = spawn
+        self.logfile = logfile
+        self.proc = None  # while it runs
+        self.finished = False  # exited with code 0: not restarted
+        self.crashes = []  # when it crashed, within CRASH_WINDOW
+        self.restart_at = 0.0  # monotonic
 
     def check(self, max_crashes: int) -> None:
         """Start the process when due; see whether it exited; raise once it keeps crashing."""
@@ -120,13 +127,16 @@ class Child:
             return
         self.crashes = [t for t in self.crashes if now - t <= CRASH_WINDOW] + [now]
         if len(self.crashes) >= max_crashes:
-            raise TinyverseError(f"{self.name} crashed {len(self.crashes)} times; its last output:\n{self.tail(8)}")
+            crashed = f"{self.name} crashed {len(self.crashes)} times"
+            raise TinyverseError(f"{crashed}; its last output:\n{self.tail(8)}")
         delay = min(2 ** (len(self.crashes) - 1), 30)
-        log.warning("%s exited with code %s; restarting in %ds. Last output:\n%s", self.name, code, delay, self.tail(4))
+        said = "%s exited with code %s; restarting in %ds. Last output:\n%s"
+        log.warning(said, self.name, code, delay, self.tail(4))
         self.restart_at = now + delay
 
     def tail(self, n: int) -> str:
-        return "\n".join("    " + line for line in self.logfile.read_text(errors="replace").splitlines()[-n:])
+        lines = self.logfile.read_text(errors="replace").splitlines()[-n:]
+        return "\n".join("    " + line for line in lines)
 
 
 def progress(db: Database) -> list[str]:
@@ -145,18 +155,37 @@ def progress(db: Database) -> list[str]:
 class Watch:
     """The run's progress line and its stop conditions, counted from the start of this run."""
 
-    def __init__(self, db, session_length: int, max_steps: int | None, target: float | None, judge=None):
-        self.db, self.T, self.max_steps, self.target, self.judge = db, session_length, max_steps, target, judge
+    def __init__(
+        self, db, session_length: int, max_steps: int | None, target: float | None, judge=None
+    ):
+        self.db, self.T, self.max_steps, self.target, self.judge = (
+            db,
+            session_length,
+            max_steps,
+            target,
+            judge,
+        )
         last = db.metrics("episodes", 1)
         self.since = last[-1]["time"] if last else 0.0  # the target counts only this run's episodes
-        self.steps0, self.started, self.tty = db.count_sessions().added * self.T, time.monotonic(), sys.stderr.isatty()
-        self.judged, self.shown = self.started, Every(20.0)  # a greedy eval every 30 s; on no tty, a line every 20 s
+        self.steps0 = db.env_steps(self.T)  # played before this run
+        self.started = time.monotonic()
+        self.tty = sys.stderr.isatty()
+        self.judged, self.shown = (
+            self.started,
+            Every(20.0),
+        )  # a greedy eval every 30 s; on no tty, a line every 20 s
         self.reached = False  # whether it stopped because the target was reached
 
     def check(self) -> str | None:
         """Show progress; why the run should stop, or None."""
-        steps, now = self.db.count_sessions().added * self.T - self.steps0, time.monotonic()
-        line = " | ".join([f"env steps {steps:,} ({steps / max(now - self.started, 1e-9):,.0f}/s)", *progress(self.db)])
+        steps = self.db.env_steps(self.T) - self.steps0
+        now = time.monotonic()
+        line = " | ".join(
+            [
+                f"env steps {steps:,} ({steps / max(now - self.started, 1e-9):,.0f}/s)",
+                *progress(self.db),
+            ]
+        )
         if self.tty:
             print(f"\r{line}\033[K", end="", file=sys.stderr, flush=True)
         elif self.shown():

@@ -7,17 +7,23 @@ import time
 import typing
 
 from .. import readable
-from ..database import Database, connect, masked
-from ..errors import TinyverseError, command
+from ..database import TOOL_WAIT, Database, connect, masked
+from ..errors import TinyverseError, command, typed
 from ..loader import dataclass_of, import_file
 from .bottleneck import bottleneck
 
 
 def mode_info(args):
     """Dashboard: sessions, options, params and their age, the pace, live workers with their lag, returns, training."""
-    listed = "".join(f"\n  option    {line}" for line in option_lines(args)) if args.experiment else ""
+    listed = (
+        "".join(f"\n  option    {line}" for line in option_lines(args)) if args.experiment else ""
+    )
     while True:
-        text = "\n".join(info_text(db, args.last) for db in namespaces(args)) or f"no experiments in {masked(args.url)}"
+        text = (
+            "\n".join(info_text(db, args.last) for db in namespaces(args))
+            or f"no experiments in {masked(args.url)}"
+        )
+        text = typed(text, args.experiment)  # the commands it names run on the file given
         if not args.watch:
             print(text + listed)
             return
@@ -27,10 +33,10 @@ def mode_info(args):
 
 def namespaces(args) -> list[Database]:
     """The experiment's namespace, or every namespace with data when no experiment or prefix is named."""
-    db = connect(args.url, args.prefix, retry_for=5, create=False)
+    db = connect(args.url, args.prefix, TOOL_WAIT, create=False)
     if args.experiment or args.prefix_given:
         return [db]
-    return [d for d in (connect(args.url, p, retry_for=5) for p in db.namespaces()) if _holds_data(d)]
+    return [d for d in (connect(args.url, p, TOOL_WAIT) for p in db.namespaces()) if _holds_data(d)]
 
 
 def _holds_data(db: Database) -> bool:
@@ -47,7 +53,7 @@ def option_lines(args) -> list[str]:
     if not callable(factory):
         return []
     try:
-        stored = connect(args.url, args.prefix, retry_for=2, create=False).setting("options")
+        stored = connect(args.url, args.prefix, TOOL_WAIT, create=False).setting("options")
     except TinyverseError:  # no database yet: no stored options
         stored = None
     return describe(factory, stored) or ["(none: its make_experiment takes no Args)"]
@@ -85,11 +91,19 @@ def _field_docs(kind) -> dict[str, str]:
     for cls in reversed(kind.__mro__[:-1]):  # a subclass's docstring wins
         try:
             body = ast.parse(inspect.getsource(cls)).body[0].body
-        except (OSError, TypeError, SyntaxError):  # no source, or a class defined inside a function (indented)
+        except (
+            OSError,
+            TypeError,
+            SyntaxError,
+        ):  # no source, or a class defined inside a function (indented)
             continue
         for node, after in zip(body, body[1:], strict=False):
             text = getattr(after, "value", None)
-            if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr) and isinstance(text, ast.Constant):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(after, ast.Expr)
+                and isinstance(text, ast.Constant)
+            ):
                 docs[node.target.id] = " ".join(str(text.value).split())
     return docs
 
@@ -103,14 +117,20 @@ def info_text(db: Database, last: int = 100) -> str:
         shown = [f"{k}={v}" for k, v in options.items()]  # quoted if a terminal would obey it
         lines.append("  options   " + ", ".join(s if s.isprintable() else repr(s) for s in shown))
     if not (added or saved or workers):
-        return "\n".join(lines + [f"  empty: start a player with {command('play')}"])
+        return "\n".join(lines + [f"  empty: start a player with {command('play', db.prefix)}"])
     corrupt = f", {n:,} corrupt removed" if (n := db.counter("corrupt")) else ""
-    lines.insert(1, f"  sessions  {stored:,} stored of {db.capacity() or 0:,} capacity, {added:,} ever added{corrupt}")
-    held = "none" if saved is None else f"version {saved.version}, saved {_age(now - saved.time)} ago"
+    lines.insert(
+        1,
+        f"  sessions  {stored:,} stored of {db.capacity() or 0:,} capacity, {added:,} ever added{corrupt}",
+    )
+    held = (
+        "none" if saved is None else f"version {saved.version}, saved {_age(now - saved.time)} ago"
+    )
     lines.append(f"  params    {held}")
     pace = next((w["pace"] for w in workers if w.get("pace")), None)
     if pace and pace["updates_per_step"]:
-        updates, played = db.counter("updates"), max(0, added * pace["session_length"] - pace["learning_starts"])
+        updates = db.counter("updates")
+        played = max(0, db.env_steps(pace["session_length"]) - pace["learning_starts"])
         actual = f"{updates / played:.3g}" if played else "-"
         lines.append(
             f"  pace      target {pace['updates_per_step']:g} updates an env step (after {pace['learning_starts']:,}, "
@@ -153,10 +173,18 @@ def _ago(report: dict, now: float) -> str:
 
 def _worker_line(w: dict, saved, now: float) -> str:
     player = w["role"] == "player"
-    rate = f"{w.get('steps_per_s', 0):,.0f} steps/s" if player else f"{w.get('updates_per_s', 0):,.1f} updates/s"
+    rate = (
+        f"{w.get('steps_per_s', 0):,.0f} steps/s"
+        if player
+        else f"{w.get('updates_per_s', 0):,.1f} updates/s"
+    )
     used = f"  params v{w['version']}" if w.get("version") is not None else ""
-    used += f", lag {saved.version - w['version']}" if used and saved is not None else ""  # staleness
-    used += f"  {w['pushes']:,} pushes, {w.get('conflicts', 0):,} races lost" if w.get("pushes") else ""
+    used += (
+        f", lag {saved.version - w['version']}" if used and saved is not None else ""
+    )  # staleness
+    used += (
+        f"  {w['pushes']:,} pushes, {w.get('conflicts', 0):,} races lost" if w.get("pushes") else ""
+    )
     used += f"  waiting {w['waiting']}" if w.get("waiting") else ""
     where = f"{w['host']} pid {w['pid']}" + (f" on {w['place']}" if w.get("place") else "")
     return f"  {w['role']:<8}  {where}  up {_age(now - w['started'])}  {rate}{used}"
@@ -164,4 +192,6 @@ def _worker_line(w: dict, saved, now: float) -> str:
 
 def _age(seconds: float) -> str:
     s = int(seconds)
-    return f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return (
+        f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else f"{s // 3600}h{s % 3600 // 60:02d}m"
+    )

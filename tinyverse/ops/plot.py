@@ -5,8 +5,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..database import connect
-from ..errors import TinyverseError
+from ..database import TOOL_WAIT, connect
+from ..errors import TinyverseError, install
 
 IDLE = 300.0  # seconds between two episodes past which the run was stopped, not slow: not drawn
 
@@ -39,11 +39,11 @@ def mode_plot(args):
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        raise TinyverseError("plot needs matplotlib: pip install 'tinyverse[plot]'") from None
+        raise TinyverseError(f"plot needs matplotlib: {install('matplotlib')}") from None
     kinds = sorted(Figure().canvas.get_supported_filetypes())  # said before drawing
     if Path(args.output).suffix.lower().removeprefix(".") not in kinds:
         raise TinyverseError(f"plot -o {args.output}: want an image ending .{', .'.join(kinds)}")
-    db = connect(args.url, args.prefix, retry_for=5, create=False)
+    db = connect(args.url, args.prefix, TOOL_WAIT, create=False)
     if not (episodes := db.metrics("episodes")):
         fix = "play first, or check --prefix"
         raise TinyverseError(f"no episode returns stored under prefix {db.prefix!r}: {fix}")

@@ -1,4 +1,5 @@
-"""``clear``: delete a namespace's data; stop its workers, here by signal, elsewhere by asking through the database."""
+"""``clear``: delete a namespace's data; stop its workers, here by signal, elsewhere by asking
+through the database."""
 
 import socket
 import time
@@ -15,9 +16,11 @@ from .monitor import namespaces
 def mode_clear(args):
     """Stop workers and/or delete sessions, params and metrics (--all: everything)."""
     roles = {role for role in ("player", "trainer") if args.all or getattr(args, f"kill_{role}s")}
-    what = {data: args.all or getattr(args, f"del_{data}") for data in ("sessions", "params", "metrics")}
+    data = ("sessions", "params", "metrics")
+    what = {name: args.all or getattr(args, f"del_{name}") for name in data}
     if not (roles or any(what.values())):
-        raise TinyverseError("say what to clear: --all, --del-{sessions,weights,metrics} or --kill-{players,trainers}")
+        flags = "--all, --del-{sessions,params,metrics} or --kill-{players,trainers}"
+        raise TinyverseError(f"say what to clear: {flags}")
     if not (dbs := namespaces(args)):
         print(f"nothing to clear: no experiments in {masked(args.url)}")
     for db in dbs:
@@ -27,7 +30,7 @@ def mode_clear(args):
         asked = {w["id"] for w in stopping if db.stop_requested(w["id"])}
         deadline = time.monotonic() + 3 * HEARTBEAT_EVERY
         while asked & {w["id"] for w in db.workers()} and time.monotonic() < deadline:
-            time.sleep(0.2)  # they stop at their next heartbeat: a clear must not race their last writes
+            time.sleep(0.2)  # they stop at their next heartbeat: clear must not race their writes
         db.clear(**what, workers=args.all)
         print(f"{db.prefix}: cleared {', '.join(k for k, on in what.items() if on) or 'no data'}")
 

@@ -4,7 +4,7 @@ the run's update count."""
 import numpy as np
 
 from ..database import Database
-from ..errors import TinyverseError
+from ..errors import TinyverseError, install
 
 
 class EventWriter:
@@ -14,8 +14,10 @@ class EventWriter:
         try:
             from tensorboardX import SummaryWriter
         except ImportError:
-            raise TinyverseError("--logdir needs tensorboardX: pip install 'tinyverse[tensorboard]'") from None
-        self.db, self.writer = db, SummaryWriter(logdir)
+            needs = f"--logdir needs tensorboardX: {install('tensorboardX')}"
+            raise TinyverseError(needs) from None
+        self.db = db
+        self.writer = SummaryWriter(logdir)
 
     def scalars(self, values: dict[str, float], step: int) -> None:
         for tag, v in values.items():
