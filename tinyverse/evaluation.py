@@ -30,15 +30,7 @@ def write_video(path: Path, frames: list[np.ndarray], fps: int = 30) -> bool:
     return True
 
 
-def evaluate(
-    exp: Experiment,
-    db: Database | None,
-    episodes=10,
-    record=None,
-    seed=None,
-    version=None,
-    quiet=False,
-):
+def evaluate(exp: Experiment, db: Database | None, episodes=10, record=None, seed=None, version=None, quiet=False):
     """Play ``episodes`` greedy episodes with the latest params of ``db`` (None: those ``exp`` holds, of ``version``),
     an mp4 of each into the folder ``record``; their returns. Prints each return and length, then
     their means (a hovering lander and a crashing one may score alike, never last alike); Ctrl-C
@@ -46,9 +38,7 @@ def evaluate(
     say = (lambda _: None) if quiet else functools.partial(print, flush=True)
     if (version := version if db is None else sync_params(exp, db, None)) is None and not quiet:
         log.warning("no params stored: evaluating the experiment's random init")
-    if (
-        record
-    ):  # frames are drawn offscreen: no display, and none of SDL's complaints about XDG_RUNTIME_DIR
+    if record:  # frames drawn offscreen: no display, none of SDL's complaints about XDG_RUNTIME_DIR
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     env = checks.make_env(exp, "rgb_array" if record else None)
     returns, lengths = [], []  # of each episode
@@ -71,10 +61,8 @@ def evaluate(
                 frames += [env.render()] if record else []
             returns.append(total)
             lengths.append(steps)
-            path = (
-                Path(record or ".")
-                / f"episode_{ep:03d}{'' if version is None else f'_v{version}'}.mp4"
-            )
+            name = f"episode_{ep:03d}{'' if version is None else f'_v{version}'}.mp4"
+            path = Path(record or ".") / name
             video = f"  video {path}" if record and write_video(path, frames, fps) else ""
             shown = f"return {readable.number(total)}, length {steps}"
             say(f"episode {ep + 1}/{episodes}: {shown}{video}")
