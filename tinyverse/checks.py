@@ -10,13 +10,13 @@ import traceback
 import gymnasium as gym
 import numpy as np
 
+from . import spaces
 from .errors import ExperimentError, TinyverseError
 from .every import Every
 
 log = logging.getLogger(__name__)
 LIBRARIES = {sysconfig.get_path(k) for k in ("stdlib", "purelib", "platlib")}
 OTHERS = (os.path.dirname(__file__) + os.sep, *LIBRARIES)  # files whose frames are not the user's
-SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiBinary, gym.spaces.MultiDiscrete)
 REWARDS = {float, int, np.float32, np.float64, np.int64}  # rewards that need no closer look
 FLAGS = {bool, np.bool_}
 STEP = "a Gymnasium env returns (observation, reward, terminated, truncated, info)"
@@ -44,13 +44,10 @@ def make_env(exp, render_mode: str | None = None) -> gym.Env:
     env = call("make_env", exp.make_env, **({"render_mode": render_mode} if render_mode else {}))
     if not all(callable(getattr(env, name, None)) for name in ("reset", "step", "close")):
         raise ExperimentError(f"make_env returned {_kind(env)}: return a gymnasium.Env")
-    if isinstance(space := getattr(env, "observation_space", None), SPACES):
+    if (problem := spaces.refused(getattr(env, "observation_space", None))) is None:
         return env
     env.close()
-    fix = "tinyverse records Box, Discrete, MultiBinary and MultiDiscrete observations"
-    if isinstance(space, gym.spaces.Dict | gym.spaces.Tuple):
-        fix = "not supported yet; flatten it with gymnasium.wrappers.FlattenObservation"
-    raise ExperimentError(f"make_env's env observes a {type(space).__name__} space: {fix}")
+    raise ExperimentError(f"make_env's env observes {problem}")
 
 
 def reset(env, **kwargs):
@@ -166,14 +163,15 @@ def finite(params: dict[str, np.ndarray], where: str) -> None:
 
 
 def sample(exp, db, batch_size: int) -> dict | None:
-    """``exp.sample(db, batch_size)``: sessions, or None for "not yet" (nothing, or no rows)."""
+    """``exp.sample(db, batch_size)``: sessions, their observations nested as their space
+    (:func:`~tinyverse.spaces.nested`), or None for "not yet" (nothing, or no rows)."""
     found = call("sample", exp.sample, db, batch_size)
     if found is None or isinstance(found, dict | list | tuple) and not found:
         return None
     if not isinstance(found, dict) or "rewards" not in found:
         what = f"a dict of {', '.join(map(str, found))}" if type(found) is dict else _kind(found)
         raise ExperimentError(f"sample returned {what}: return sessions as db.sample_batch does")
-    return found if len(found["rewards"]) else None
+    return spaces.nested(found) if len(found["rewards"]) else None
 
 
 def _number(value) -> float | None:

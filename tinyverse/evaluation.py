@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import checks, readable
+from . import checks, readable, spaces
 from .database import Database
 from .errors import install
 from .experiment import Experiment
@@ -54,7 +54,7 @@ def evaluate(exp: Experiment, db: Database | None, episodes=10, record=None, see
             total, steps = 0.0, 0  # the episode's return and length
             frames = [env.render()] if record else []
             while not done:
-                actions, memory, _ = act(np.asarray(obs)[None], memory)
+                actions, memory, _ = act(spaces.one(env.observation_space, obs), memory)
                 obs, reward, terminated, truncated, _ = checks.step(env, actions[0])
                 total, steps = total + float(reward), steps + 1
                 done = terminated or truncated

@@ -38,6 +38,9 @@ class Experiment(abc.ABC):
       ``observations[:, t+1]`` begins the next one;
     - ``final_observations`` (B, T, ...): the last observation of the episode that ended at tick t
       (zeros elsewhere): bootstrap from it if ``truncated``, never if ``terminated``;
+    - of a Dict or Tuple space (nested too), both are dicts by key, tuples by index, of such arrays
+      (``batch["observations"]["board"]`` (B, T+1, ...); ``act`` gets them (B, ...)), stored flat
+      (``observations.board``, nested keys joined with '.') as ``db.sample_batch`` returns them;
     - ``memory.<name>`` (B, ...): the memory before tick 0; ``outputs.<name>`` (B, T, ...):
       ``act``'s third item;
     - ``version`` (the params that acted), ``worker``, ``id`` (in the database) and
@@ -71,9 +74,9 @@ class Experiment(abc.ABC):
         return {}
 
     @abc.abstractmethod
-    def act(self, observations: np.ndarray, memory: Arrays, greedy: bool = False) -> tuple:
-        """Actions for a batch of observations and the new memory; optionally a third item,
-        per-tick outputs."""
+    def act(self, observations, memory: Arrays, greedy: bool = False) -> tuple:
+        """Actions for a batch of observations (an array, or dicts and tuples of arrays nested as
+        the observation space) and the new memory; optionally a third item, per-tick outputs."""
 
     def prepare_training(self) -> None:  # noqa: B027 (optional, not abstract)
         """Trainer-only setup (optimizers, compiled functions); players skip it."""

@@ -7,7 +7,7 @@ import zlib
 
 import numpy as np
 
-from . import checks, declared
+from . import checks, declared, spaces
 from .database import Database
 from .every import Every
 from .experiment import Experiment
@@ -73,7 +73,11 @@ class Player:
             self.envs.append(checks.make_env(self.exp))
         store(self.exp, self.db)  # the run's options, at its first write: once the envs are made
         rng = np.random.default_rng(self.seed)
-        self.obs = np.stack([checks.reset(env, seed=int(rng.integers(2**31))) for env in self.envs])
+        self.space = self.envs[0].observation_space
+        first = [checks.reset(env, seed=int(rng.integers(2**31))) for env in self.envs]
+        flat = [spaces.flatten(self.space, o) for o in first]
+        self.obs = {k: np.stack([f[k] for f in flat]) for k in flat[0]}  # (B, ...) by name
+        self.seen = spaces.nest(self.obs)  # what act gets: the same arrays, nested as the space
         self.memory = checks.initial_memory(self.exp, self.B)
         return True
 
@@ -110,15 +114,16 @@ class Player:
         B = self.B
         T = self.exp.session_length
         memory = {f"memory.{k}": np.array(v) for k, v in self.memory.items()}  # before tick 0
-        obs = np.zeros((B, T + 1, *self.obs.shape[1:]), self.obs.dtype)
-        obs[:, 0] = self.obs
-        rec = {"observations": obs, "final_observations": np.zeros_like(obs[:, 1:])}
+        rec = {k: np.zeros((B, T + 1, *v.shape[1:]), v.dtype) for k, v in self.obs.items()}
+        rec |= {f"final_{k}": np.zeros_like(v[:, 1:]) for k, v in rec.items()}
+        for k, v in self.obs.items():
+            rec[k][:, 0] = v
         rec |= {"rewards": np.zeros((B, T), "f4")}
         rec |= {"terminated": np.zeros((B, T), bool), "truncated": np.zeros((B, T), bool)}
         acted = []  # act's actions and outputs of each tick, stacked at the end
         ended = []  # the episodes that ended
         for t in range(T):
-            actions, self.memory, outputs = self.act(self.obs, self.memory)
+            actions, self.memory, outputs = self.act(self.seen, self.memory)
             acted.append({"actions": actions, **outputs})
             for i, env in enumerate(self.envs):
                 o, r, terminated, truncated, _ = checks.step(env, actions[i])
@@ -128,11 +133,14 @@ class Player:
                 self.returns[i] += r
                 self.lengths[i] += 1
                 if terminated or truncated:
-                    rec["final_observations"][i, t] = o
+                    for k, v in spaces.flatten(self.space, o).items():
+                        rec[f"final_{k}"][i, t] = v
                     ended.append({"return": float(self.returns[i]), "length": int(self.lengths[i])})
                     o = self._reset(i)
-                self.obs[i] = o
-            obs[:, t + 1] = self.obs
+                for k, v in spaces.flatten(self.space, o).items():
+                    self.obs[k][i] = v
+            for k, v in self.obs.items():
+                rec[k][:, t + 1] = v
         rec |= {k: np.stack([a[k] for a in acted], 1) for k in acted[0]}
         self._store(rec | memory, ended)
 

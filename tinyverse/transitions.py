@@ -7,18 +7,21 @@
 The return of tick t sums the rewards of ticks t .. t+m-1, where m <= n stops
 early where the episode ends or the session does. A terminated episode is not
 bootstrapped (discount 0); a truncated one is, from its final observation.
+Observations of a Dict or Tuple space come back nested as the space, each array as above.
 """
 
 from typing import NamedTuple
 
 import numpy as np
 
+from .spaces import map_arrays, nested
+
 
 class Transitions(NamedTuple):
-    observations: np.ndarray  # (B, T, ...) what the agent saw at each tick
+    observations: np.ndarray  # (B, T, ...) what the agent saw at each tick (nested as its space)
     actions: np.ndarray  # (B, T, ...)
     returns: np.ndarray  # (B, T) float32: sum of gamma^k r[t+k] over the m ticks
-    next_observations: np.ndarray  # (B, T, ...) where to bootstrap from
+    next_observations: np.ndarray  # (B, T, ...) where to bootstrap from (nested alike)
     discounts: np.ndarray  # (B, T) float32: gamma^m, 0 after a termination
     next_index: np.ndarray  # (B, T) t+m: next_observations is observations[:, t+m]; -1: a final one
 
@@ -27,6 +30,7 @@ def nstep_transitions(batch: dict[str, np.ndarray], n: int = 1, gamma: float = 0
     """The n-step transition of every tick of a batch as ``train_step`` receives it."""
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
+    batch = nested(batch)  # as db.sample_batch stores them: a no-op for train_step's batches
     obs = batch["observations"]
     final = batch["final_observations"]
     rewards = batch["rewards"]
@@ -44,11 +48,12 @@ def nstep_transitions(batch: dict[str, np.ndarray], n: int = 1, gamma: float = 0
     last = t[:, 0] + m  # the last tick summed
     cut = ended[rows, last]
     discounts = np.where(terminated[rows, last], 0, gamma ** (m + 1)).astype(np.float32)
-    following = np.where(_expand(cut, obs), final[rows, last], obs[rows, last + 1])
+    following = map_arrays(lambda o, f: _where(cut, f[rows, last], o[rows, last + 1]), obs, final)
     index = np.where(cut, -1, last + 1)
-    return Transitions(obs[:, :T], batch["actions"], returns, following, discounts, index)
+    seen = map_arrays(lambda o: o[:, :T], obs)
+    return Transitions(seen, batch["actions"], returns, following, discounts, index)
 
 
-def _expand(mask: np.ndarray, like: np.ndarray) -> np.ndarray:
-    """``mask`` (B, T) with trailing axes to broadcast against ``like`` (B, T, ...)."""
-    return mask.reshape(mask.shape + (1,) * (like.ndim - 2))
+def _where(mask: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a`` where ``mask`` (B, T), else ``b``: (B, T, ...) arrays."""
+    return np.where(mask.reshape(mask.shape + (1,) * (a.ndim - 2)), a, b)
