@@ -10,7 +10,8 @@ import pytest
 from conftest import ROOT, _missing, optional, wait_for
 from gymnasium.utils.env_checker import check_env
 
-from tinyverse import TinyverseError
+import tinyverse
+from tinyverse import TinyverseError, player
 
 pyspiel = optional("pyspiel")
 if str(ROOT / "examples") not in sys.path:  # as the loader makes them: examples/ importable
@@ -248,3 +249,48 @@ def test_a_stuck_or_dead_engine_is_one_clear_error(tmp_path, body, says):
         engine.reset(0, 0)
     engine.close()
     assert engine.process.poll() is not None  # killed, not left behind
+
+
+class RandomLegal(tinyverse.Experiment):
+    """Tic-tac-toe against a random opponent, a uniformly random legal move a turn (the mask honoured)."""
+
+    session_length = 6
+
+    def __init__(self, db=None):
+        super().__init__(db)
+        self.rng = np.random.default_rng(0)
+        self.seen = []  # the observations act got
+
+    def make_env(self, render_mode=None):
+        return games.GameEnv("tic_tac_toe", seed=int(self.rng.integers(2**31)))
+
+    def act(self, observations, memory, greedy=False):
+        self.seen.append({k: v.copy() for k, v in observations.items()})
+        scores = self.rng.random(observations["action_mask"].shape) * observations["action_mask"]
+        return scores.argmax(1), memory
+
+    def train_step(self, batch):
+        return {}
+
+    def get_params(self):
+        return {"w": np.zeros(1, np.float32)}
+
+    def set_params(self, params):
+        pass
+
+
+def test_tic_tac_toe_plays_under_the_player_with_its_dict_observations(db):
+    B, rounds = 3, 4
+    exp = RandomLegal(db)
+    assert player.play(exp, db, batch_size=B, rounds=rounds, seed=0) == B * rounds  # an illegal move would raise
+    space = exp.make_env().observation_space
+    assert [sorted(s) for s in exp.seen] == [sorted(space.keys())] * (rounds * exp.session_length)
+    assert exp.seen[0]["board"].shape == (B, *space["board"].shape) and exp.seen[0]["board"].dtype == np.uint8
+    assert exp.seen[0]["seat"].shape == (B,)
+    batch = db.get_batch(list(range(db.session_range()[0], db.session_range()[1] + 1)))
+    masks, actions = batch["observations.action_mask"], batch["actions"]
+    assert np.take_along_axis(masks[:, :-1], actions[..., None], 2).all(), "every move was legal where it was played"
+    assert batch["terminated"].sum() >= 3 and set(np.unique(batch["rewards"])) <= {-1.0, 0.0, 1.0}
+    ended = batch["terminated"]
+    assert batch["final_observations.moves"][ended].max(1).min() >= 0  # a finished game's moves
+    assert not batch["final_observations.board"][~ended].any()
