@@ -54,7 +54,8 @@ def evaluate(exp: Experiment, db: Database | None, episodes=10, record=None, see
             total, steps = 0.0, 0  # the episode's return and length
             frames = [env.render()] if record else []
             while not done:
-                actions, memory, _ = act(spaces.one(env.observation_space, obs), memory)
+                one = spaces.nest(spaces.stack(env.observation_space, [obs]))  # a batch of one
+                actions, memory, _ = act(one, memory)
                 obs, reward, terminated, truncated, _ = checks.step(env, actions[0])
                 total, steps = total + float(reward), steps + 1
                 done = terminated or truncated

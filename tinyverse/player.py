@@ -73,10 +73,9 @@ class Player:
             self.envs.append(checks.make_env(self.exp))
         store(self.exp, self.db)  # the run's options, at its first write: once the envs are made
         rng = np.random.default_rng(self.seed)
-        self.space = self.envs[0].observation_space
         first = [checks.reset(env, seed=int(rng.integers(2**31))) for env in self.envs]
-        flat = [spaces.flatten(self.space, o) for o in first]
-        self.obs = {k: np.stack([f[k] for f in flat]) for k in flat[0]}  # (B, ...) by name
+        self.space = self.envs[0].observation_space
+        self.obs = spaces.stack(self.space, first)  # (B, ...) arrays by name
         self.seen = spaces.nest(self.obs)  # what act gets: the same arrays, nested as the space
         self.memory = checks.initial_memory(self.exp, self.B)
         return True
@@ -114,10 +113,8 @@ class Player:
         B = self.B
         T = self.exp.session_length
         memory = {f"memory.{k}": np.array(v) for k, v in self.memory.items()}  # before tick 0
-        rec = {k: np.zeros((B, T + 1, *v.shape[1:]), v.dtype) for k, v in self.obs.items()}
+        rec = {k: np.repeat(v[:, None], T + 1, 1) for k, v in self.obs.items()}  # tick 0 on
         rec |= {f"final_{k}": np.zeros_like(v[:, 1:]) for k, v in rec.items()}
-        for k, v in self.obs.items():
-            rec[k][:, 0] = v
         rec |= {"rewards": np.zeros((B, T), "f4")}
         rec |= {"terminated": np.zeros((B, T), bool), "truncated": np.zeros((B, T), bool)}
         acted = []  # act's actions and outputs of each tick, stacked at the end

@@ -76,9 +76,10 @@ def nest(flat: dict, name: str = "observations"):
     return tuple(nested.values()) if nested and all(k.isdigit() for k in nested) else nested
 
 
-def one(space, obs):
-    """One observation as a batch of one, nested as ``space`` (an array: ``obs[None]``)."""
-    return nest({k: np.asarray(v)[None] for k, v in flatten(space, obs).items()})
+def stack(space, observations: list) -> dict:
+    """Observations of ``space`` stacked: (B, ...) arrays by name."""
+    flat = [flatten(space, o) for o in observations]
+    return {k: np.stack([f[k] for f in flat]) for k in flat[0]}
 
 
 def nested(batch: dict) -> dict:
@@ -86,9 +87,7 @@ def nested(batch: dict) -> dict:
     ``final_observations.<key>`` nested as their space (array observations: ``batch`` itself)."""
     if "observations" in batch:
         return batch  # the hot path: an array space
-    flat = [k for k in batch if k.startswith(tuple(f"{n}." for n in NAMES))]
-    if not flat:
-        return batch
+    flat = [k for k in batch if k.startswith(("observations.", "final_observations."))]
     found = {n: nest(batch, n) for n in NAMES if any(k.startswith(f"{n}.") for k in flat)}
     return found | {k: v for k, v in batch.items() if k not in flat}
 
