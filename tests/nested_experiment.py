@@ -66,7 +66,7 @@ class NestedEnv(gym.Env):
     """Observations of ``space``, sampled; every reset and step logged in ``events``."""
 
     def __init__(self, space):
-        self.observation_space = space
+        self.observation_space = copy.deepcopy(space)  # its own sampler, seeded by reset
         self.action_space = gym.spaces.Discrete(3)
         self.events = []
         self.episodes = 0

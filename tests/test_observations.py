@@ -8,6 +8,7 @@ from nested_experiment import NestedExperiment, mask_of
 
 from tinyverse import nstep_transitions
 from tinyverse.database import connect
+from tinyverse.errors import ExperimentError, TinyverseError
 from tinyverse.evaluation import evaluate
 from tinyverse.player import play
 from tinyverse.trainer import train
@@ -172,3 +173,28 @@ def test_a_nested_experiment_plays_trains_and_evaluates_from_the_command_line(tm
     )
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
     assert "make_env's env observes a Text space" in refused.stderr and "FlattenObservation" in refused.stderr
+
+
+def test_a_player_of_another_nesting_is_refused_by_the_stored_layout(db):
+    play(NestedExperiment(db, "dict"), db, batch_size=2, rounds=1)
+    with pytest.raises(TinyverseError) as e:
+        play(NestedExperiment(db, "tuple"), db, batch_size=2, rounds=1)
+    line = str(e.value)
+    assert "\n" not in line and "another layout" in line and "missing observations.0" in line, line
+    assert "unexpected observations.inner.frame" in line and db.count_sessions().stored == 2
+
+
+def test_an_observation_that_does_not_fit_its_space_is_one_line(db):
+    exp = NestedExperiment(db, "dict")
+    make = exp.make_env
+
+    def missing_pos():
+        env = make()
+        env.observation_space.sample = lambda: {"mask": np.ones(3, np.int8)}  # without pos, inner, seat
+        return env
+
+    exp.make_env = lambda render_mode=None: missing_pos()
+    with pytest.raises(ExperimentError) as e:
+        play(exp, db, batch_size=1, rounds=1)
+    assert str(e.value).startswith("the env observed observations without 'pos': return observations of its")
+    assert "\n" not in str(e.value) and db.count_sessions().stored == 0
