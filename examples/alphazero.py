@@ -1,8 +1,9 @@
 """AlphaZero with Gumbel search on OpenSpiel's two-player board games (games.py), in PyTorch.
 
     pip install -e '.[examples,games]'
-    python -m tinyverse examples/alphazero.py play -b 16 --set opponent=random   # Connect Four, 16 games a search
-    python -m tinyverse examples/alphazero.py train --set game=go --set board_size=9
+    python -m tinyverse examples/alphazero.py run                 # Connect Four against random play
+    python -m tinyverse examples/alphazero.py play -b 16 --set game=go --set opponent=gnugo:1 &   # or the parts
+    python -m tinyverse examples/alphazero.py train --set game=go --set opponent=gnugo:1 &
 
 The search is Gumbel AlphaZero's (Danihelka et al. 2022, https://openreview.net/forum?id=bERaNdoegnO), not PUCT:
 CPU players afford 2-16 simulations a move, where PUCT's visit counts are a poor target and may not improve on
@@ -77,6 +78,7 @@ class Node:
     def expand(self, logits: np.ndarray, legal: np.ndarray, value: float) -> None:
         self.legal = legal
         self.logits = np.where(legal, logits, -np.inf)  # illegal moves are masked here too, whatever the net says
+        self.prior = softmax(self.logits)
         self.value = value
         self.visits = np.zeros(len(legal))
         self.values = np.zeros(len(legal))
@@ -160,10 +162,14 @@ class GumbelSearch:
             node = child
             action = self.interior_action(node)
             path.append((node, action))
+        node.children[action] = self.new_child(node, action)
+        return path
+
+    def new_child(self, node: Node, action: int) -> Node:
+        """The position after ``action``: a clone of the node's state, the action applied."""
         state = node.state.clone()
         state.apply_action(int(action))
-        node.children[action] = Node(state)
-        return path
+        return Node(state)
 
     def root_action(self, root: Node, gumbel: np.ndarray, visits: int) -> int:
         """Sequential halving: among the considered actions with ``visits`` visits, the best by g + logits + sigma(q)
@@ -191,15 +197,16 @@ class GumbelSearch:
         """sigma(completed q) (mctx's qtransform_completed_by_mix_value): visited actions' mean values, the others
         the mixed value (the net's value and the visited q under the prior), rescaled to [0, 1] over the legal."""
         visited = node.visits > 0
-        q = np.divide(node.values, node.visits, out=np.zeros_like(node.values), where=visited)
+        q = node.values / np.maximum(node.visits, 1)
         total = node.visits.sum()
         mixed = node.value
         if total:
-            prior = softmax(node.logits)[visited]
-            mixed = (node.value + total * (prior @ q[visited]) / prior.sum()) / (1 + total)
+            prior = node.prior * visited
+            mixed = (node.value + total * (prior @ q) / prior.sum()) / (1 + total)
         completed = np.where(visited, q, mixed)
-        low, high = completed[node.legal].min(), completed[node.legal].max()
-        rescaled = (completed - low) / max(high - low, 1e-8)
+        legal = completed[node.legal]
+        low = legal.min()
+        rescaled = (completed - low) / max(legal.max() - low, 1e-8)
         return (C_VISIT + node.visits.max()) * C_SCALE * rescaled
 
 

@@ -126,24 +126,33 @@ def test_sixteen_trees_searched_together_visit_as_each_searched_alone():
         assert np.array_equal(roots[0].visits, together[2][b].visits) and roots[0].visits.sum() == 16
 
 
-def record(exp, env, ticks: int) -> dict:
-    """A session of ``ticks`` of ``env`` played by ``exp`` as tinyverse's player records one: Dict observations
-    stacked into a dict of (1, T+1, ...) arrays, episodes reset within it. Also each tick's outcome (the reward
-    of its episode's end from the observation's seat, read from the finished game), NaN where it did not end."""
+def searcher(exp):
+    """An agent of ``exp``'s search: an observation -> its action and the improved policy."""
+
+    def agent(obs):
+        actions, _, outputs = exp.act({k: np.asarray(v)[None] for k, v in obs.items()}, {})
+        return int(actions[0]), outputs["policy"][0]
+
+    return agent
+
+
+def record(agent, env, ticks: int) -> dict:
+    """A session of ``ticks`` of ``env`` played by ``agent`` as tinyverse's player records one: Dict observations
+    stacked into a dict of (1, T+1, ...) arrays, episodes reset within it. Also each tick's outcome (the return of
+    its finished game, as OpenSpiel scores it, for the observation's seat), NaN where the game did not end."""
     obs, _ = env.reset(seed=0)
     seen, policies, rewards, terminated, outcomes = [obs], [], [], [], []
     episode = []  # ticks of the running episode
     for t in range(ticks):
-        batch = {k: np.asarray(v)[None] for k, v in obs.items()}
-        actions, _, outputs = exp.act(batch, {})
-        policies.append(outputs["policy"][0])
-        obs, reward, done, _, _ = env.step(int(actions[0]))
+        action, policy = agent(obs)
+        policies.append(policy)
+        obs, reward, done, _, _ = env.step(action)
         rewards.append(reward)
         terminated.append(done)
         outcomes.append(np.nan)
         episode.append(t)
         if done:
-            for tick in episode:  # the game's returns as OpenSpiel scores the final state, from each tick's seat
+            for tick in episode:
                 outcomes[tick] = env.state.returns()[int(seen[tick]["seat"])]
             episode = []
             obs, _ = env.reset()
@@ -155,23 +164,26 @@ def record(exp, env, ticks: int) -> dict:
 
 
 def test_the_value_target_is_the_outcome_from_each_ticks_seat_or_the_bootstrap():
-    exp = alphazero.make_experiment(None, alphazero.Args(game="tic_tac_toe", simulations=2))
-    env = games.GameEnv("tic_tac_toe", opponent="mcts:20", seed=3)  # the seat alternates: both seats are played
-    batch = record(exp, env, 14)
-    seats = batch["observations"]["seat"][0, :14]
-    outcomes = batch["outcomes"][0]
-    ended = np.isfinite(outcomes)
-    assert set(seats[ended]) == {0, 1} and len(set(outcomes[ended])) > 1  # wins and losses (or draws), both seats
+    """Six tic-tac-toe games in one session, the agent's seat alternating: X wins, O wins, X loses, O loses, a draw,
+    and a game cut by the session's end."""
+    agent = iter([0, 1, 2, 3, 4, 5, 0, 1, 7, 3, 4, 0, 8, 7, 2, 3, 4])
+    opponent = iter([3, 4, 0, 1, 8, 3, 4, 5, 0, 1, 2, 4, 6, 1, 5, 0, 8])
+    env = games.GameEnv("tic_tac_toe", opponent=lambda obs: next(opponent), seed=0)
+    batch = record(lambda obs: (next(agent), np.zeros(9)), env, 17)
+    seats = batch["observations"]["seat"][0, :17].tolist()
+    assert seats == [0] * 3 + [1] * 3 + [0] * 3 + [1] * 2 + [0] * 5 + [1]
     targets = alphazero.value_targets(batch["rewards"], batch["terminated"], np.array([0.5]))[0]
-    assert np.array_equal(targets[ended], outcomes[ended])
-    assert (targets[~ended] == 0.5).all() and (~ended).sum() < 5  # the unfinished game at the end: the bootstrap
+    assert targets.tolist() == [1] * 6 + [-1] * 5 + [0] * 5 + [0.5]  # the mover's outcome; the bootstrap last
+    ended = np.isfinite(batch["outcomes"][0])
+    assert np.array_equal(targets[ended], batch["outcomes"][0][ended])  # as OpenSpiel scores each seat
 
 
 def test_a_training_step_on_recorded_sessions_lowers_the_loss():
     torch.manual_seed(0)
     args = alphazero.Args(game="connect_four", simulations=4, channels=16, blocks=1, learning_rate=1e-2)
     exp = alphazero.make_experiment(None, args)
-    sessions = [record(exp, games.GameEnv("connect_four", opponent="random", seed=s), 12) for s in range(3)]
+    exp.rng = np.random.default_rng(0)
+    sessions = [record(searcher(exp), games.GameEnv("connect_four", opponent="random", seed=s), 12) for s in range(3)]
     batch = {"observations": stack([s["observations"] for s in sessions])}
     batch |= {k: np.concatenate([s[k] for s in sessions]) for k in ("outputs.policy", "rewards", "terminated")}
     batch["truncated"] = np.zeros_like(batch["terminated"])
@@ -182,7 +194,7 @@ def test_a_training_step_on_recorded_sessions_lowers_the_loss():
     policy = batch["outputs.policy"]
     entropy = -(policy * np.log(np.where(policy > 0, policy, 1))).sum(-1).mean()  # the cross-entropy's floor
     assert last["loss"] < first["loss"], (first, last)
-    assert last["policy_loss"] - entropy < 0.6 * (first["policy_loss"] - entropy), (entropy, first, last)
+    assert last["policy_loss"] - entropy < 0.75 * (first["policy_loss"] - entropy), (entropy, first, last)
     assert last["value_loss"] < 0.5 * first["value_loss"], (first, last)
     exp.set_params(exp.get_params())  # the params round-trip by name and shape
 
