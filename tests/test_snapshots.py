@@ -237,7 +237,8 @@ def test_eval_export_import_info_and_clear_take_snapshots_by_name(tmp_path, redi
 
     agent = tmp_path / "agent.safetensors"
     out = run_cli(FAKE, "export", "-o", agent, "--db", url).stdout
-    assert "params version 3 of prefix fake_experiment (snapshot passed, run's verdict" in out and "2 snapshots" in out
+    assert "params version 3 of prefix fake_experiment (snapshot passed, run's verdict" in out
+    assert "snapshots in it: 2" in out
     assert "params version 5 " in run_cli(FAKE, "export", "-o", tmp_path / "v5.safetensors", "--params", "latest",
                                           "--db", url).stdout  # fmt: skip
     assert "params version 2 " in run_cli(FAKE, "export", "-o", tmp_path / "v2.safetensors", "--params", "early",
@@ -284,7 +285,11 @@ def test_a_file_listing_snapshots_not_as_export_writes_them_is_refused_in_one_li
     assert "lists snapshots not as export writes them" in proc.stderr
 
 
-@pytest.mark.parametrize("bad", ["0", "-1", "x", "1.5"])
-def test_target_passes_is_a_whole_number_from_1(tmp_path, bad):
-    proc = run_cli(FAKE, "run", "--target-passes", bad, "--db", f"sqlite:///{tmp_path / 'x.db'}", check=False)
+PASSES = [["0"], ["-1"], ["x"], ["1.5"], ["2", "--target-return", "5"], ["2", "--target-eval", "3"]]
+
+
+@pytest.mark.parametrize("bad", PASSES)
+def test_target_passes_is_a_whole_number_from_1_that_counts_greedy_evals(tmp_path, bad):
+    proc = run_cli(FAKE, "run", "--target-passes", *bad, "--db", f"sqlite:///{tmp_path / 'x.db'}", check=False)
     assert proc.returncode == 1 and "--target-passes" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert not (tmp_path / "x.db").exists(), "refused before anything ran"

@@ -54,7 +54,7 @@ def mode_export(args):
     said = f"wrote {path}: params version {version} of prefix {db.prefix}"
     if verdict:
         said += f" (snapshot {VERDICT}, run's verdict; the newest: --params {LATEST})"
-    print(f"{said}, and {len(kept)} snapshots")
+    print(f"{said}; snapshots in it: {len(kept)}")
 
 
 def mode_import(args):
@@ -85,9 +85,8 @@ def mode_import(args):
     for snapshot, arrays in snapshots:
         db.save_snapshot(snapshot["name"], arrays, snapshot["version"])
     where = f"prefix {db.prefix} of {masked(args.url)}"
-    print(
-        f"imported {args.file} into {where}: params version {version}, {len(snapshots)} snapshots"
-    )
+    said = f"params version {version}, snapshots: {len(snapshots)}"
+    print(f"imported {args.file} into {where}: {said}")
 
 
 def load(path: str, experiment: str, options: dict[str, str]) -> tuple[Experiment, dict, dict]:

@@ -27,6 +27,9 @@ STOP_TIMEOUT = 30.0  # seconds a worker has to stop warmly before it is killed
 def mode_run(args):
     """Start players and trainers on this machine (or a Ray cluster), supervise them, stop them,
     then eval."""
+    if args.target_passes > 1 and not (args.target_eval and args.target_return is not None):
+        wants = "add --target-eval N and --target-return X"
+        raise TinyverseError(f"--target-passes counts greedy evals: {wants}")
     db = connect(args.url, args.prefix, capacity=args.buffer_size)
     exp = load_experiment(args.experiment, db, args.options)
     store(exp, db)  # the children adopt the run's options
