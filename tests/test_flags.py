@@ -2,6 +2,7 @@
 docs/usage.rst or its --help says it does: run --target-eval, -b and --buffer-size; --sync/--no-sync of train and
 run; info --watch and --last; clear --del-params (--del-weights); --version; -v, -vv and -q."""
 
+import re
 import signal
 import time
 
@@ -29,15 +30,26 @@ def workers(db, role: str) -> list[dict]:
 # -- run ---------------------------------------------------------------------------------------------------------------
 def test_run_target_eval_holds_the_target_against_greedy_episodes_not_the_training_returns(tmp_path):
     # every episode is cut at 5 steps: the training returns reach 5 at once, yet run waits for its first greedy eval,
-    # 30 s in, to stop
+    # 30 s in, to stop; the trainer publishes on (each 100 updates, and as it stops) after that eval, yet the final
+    # eval plays the very params that eval judged, kept as the snapshot passed (it played the newest ones, another
+    # version, before)
     url = sqlite(tmp_path)
-    args = ["--target-return", "5", "--target-eval", "3", "--eval-episodes", "0", "--set", "max_steps=5"]
+    args = ["--target-return", "5", "--target-eval", "3", "--eval-episodes", "3", "--set", "max_steps=5"]
     started = time.monotonic()
     out = run_cli(FAKE, "run", *args, "--db", url, cwd=tmp_path, timeout=180)
     assert time.monotonic() - started >= 30, f"it stopped before its first greedy eval:\n{out.stdout}"
-    assert "run stopped: greedy eval's mean return 5.00 ± 0 over 3 episodes reached the target 5" in out.stdout
-    assert "greedy eval: mean return 5.00 ± 0 over 3 episodes (target 5)" in out.stderr
-    returns = [m["return"] for m in connect(url, PREFIX).metrics("episodes")]
+    judged = re.search(r"run stopped: greedy eval's mean return 5.00 ± 0 over 3 episodes of params v(\d+) reached "
+                       r"the target 5; kept as snapshot passed\n", out.stdout)  # fmt: skip
+    assert judged, out.stdout
+    version = int(judged[1])
+    assert f"greedy eval of params v{version}: mean return 5.00 ± 0 over 3 episodes (target 5)" in out.stderr
+    assert f"mean return 5.00 ± 0 over 3 episodes (params v{version})\n" in out.stdout, "the final eval's"
+    said = f"verdict on params v{version} (snapshot passed): 5.00 ± 0 over 3 episodes in the greedy eval; 5.00 ± 0"
+    assert f"{said} over 3 episodes in the final eval" in out.stdout
+    db = connect(url, PREFIX)
+    assert db.find_params("passed")[0] == version and db.snapshots()[0][:2] == ("passed", version)
+    assert db.params_version() > version, "the trainer published after the verdict: the final eval had a choice"
+    returns = [m["return"] for m in db.metrics("episodes")]
     assert len(returns) >= 20 and set(returns) == {5.0}, "the training returns alone would have stopped it"
 
 

@@ -73,6 +73,10 @@ CASES = [
     ("params version huge", "params", "version", str(2**70)),
     ("params data garbage", "params", "data", b"\x00garbage"),
     ("params zlib bomb", "params", "data", bomb()),
+    ("snapshot version a word", "snapshots", "version", "abc"),
+    ("snapshot time huge", "snapshots", "time", "1e400"),
+    ("snapshot data garbage", "snapshots", "data", b"\x00garbage"),
+    ("snapshot zlib bomb", "snapshots", "data", bomb()),
     ("session garbage", "sessions", 1, b"TVR1\xff\xff\xff\xffjunk"),
     ("heartbeat not JSON", "workers", "player-junk", "{{{"),
     ("heartbeat a list", "workers", "player-list", "[]"),
@@ -104,6 +108,8 @@ class Raw:
                     c.execute(f"INSERT OR REPLACE INTO {table} VALUES (?, ?)", (field, value))
                 elif where == "params":
                     c.execute(f"UPDATE {table} SET {field} = ?", (value,))
+                elif where == "snapshots":
+                    c.execute(f"UPDATE {table} SET {field} = ? WHERE name = 'passed'", (value,))
                 elif where == "sessions":
                     c.execute(f"UPDATE {table} SET data = ? WHERE id = (SELECT min(id) FROM {table})", (value,))
                 elif where == "workers":
@@ -114,6 +120,8 @@ class Raw:
         p = self.prefix
         if where in ("meta", "params"):
             self.r.hset(f"{p}:{where}", field, value)
+        elif where == "snapshots":
+            self.r.hset(f"{p}:snapshot:passed", field, value)
         elif where == "sessions":
             self.r.hset(f"{p}:sessions", int(self.r.get(f"{p}:lo") or 1), value)
         elif where == "workers":
@@ -148,12 +156,14 @@ class Raw:
 
 
 def seeded(url: str, prefix: str) -> None:
-    """A namespace as a short run leaves it: options, sessions, params, episodes, trainer metrics."""
+    """A namespace as a short run leaves it: options, sessions, params, the snapshot its verdict kept, episodes,
+    trainer metrics."""
     db = connect(url, prefix, retry_for=5)
     try:
         exp = load_experiment(str(FAKE), db, {"max_steps": "5"})  # 5-step episodes: returns get stored
         play(exp, db, batch_size=2, rounds=3)
         train(exp, db, batch_size=2, updates=2, save_every=1, report_every=0)
+        db.save_snapshot("passed", *db.load_params()[::-1])
     finally:
         db.close()
 
@@ -189,6 +199,7 @@ WRITERS = {"play": ("play", "-n", "1", "-b", "1"), "train": ("train", "-n", "1",
 READERS = {
     "meta": ["info", "eval", "export", "play", "train"],
     "params": ["info", "eval", "export", "play", "train"],
+    "snapshots": ["info", "export"],
     "sessions": ["info", "play", "train"],
     "workers": ["info", "play", "train"],
     "metrics": ["info", "plot", "train"],
@@ -267,7 +278,7 @@ def test_the_seeded_namespace_is_what_the_cases_attack(db_url, prefix):
     db = connect(db_url, prefix, retry_for=5)
     try:
         assert db.count_sessions().stored == 6
-        assert db.params_version() is not None
+        assert db.params_version() is not None and [s.name for s in db.snapshots()] == ["passed"]
         assert db.setting("options")["max_steps"] == 5
         assert db.metrics("episodes") and db.metrics("train")
         assert np.asarray(db.load_params()[1]["updates"]).sum() == 2

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import psutil
 from conftest import ROOT, cli_env, wait_for
 from test_evaluation import Lander
@@ -77,26 +78,32 @@ def episodes(returns: list[float]) -> list[dict]:
 
 def test_a_target_on_training_returns_is_judged_on_a_mean_with_its_spread_and_count(tmp_path):
     db = connect(f"sqlite:///{tmp_path / 'watch.db'}", "watch")
+    db.save_params({"w": np.zeros(2)})
     db.add_metrics("episodes", [{"return": 5.0, "time": time.time() - 60, "steps": 8}])  # an earlier run's
     watch = Watch(db, 8, None, target=0.9)
     db.add_metrics("episodes", episodes([0.958, 0.86] * 9 + [0.958]))
     assert watch.check() is None, "19 episodes of this run: not yet judged"
     db.add_metrics("episodes", episodes([0.86]))
     # one decimal said "0.9 reached the target 0.9"
-    assert watch.check() == "recent mean return 0.909 ± 0.0490 over 20 episodes reached the target 0.9"
+    reason = "recent mean return 0.909 ± 0.0490 over 20 episodes reached the target 0.9 in training (params unknown"
+    assert watch.check() == f"{reason}, exploring); kept the latest params, v1, as snapshot passed"
     assert watch.reached
 
 
 def test_a_target_on_greedy_episodes_names_their_mean_spread_and_count(tmp_path, caplog):
     db = connect(f"sqlite:///{tmp_path / 'watch.db'}", "watch")
+    lander = Lander(db)
+    db.save_params(lander.get_params())
 
     def judge():  # as run's --target-eval 2 does: returns 0.958 and 0.192
-        return evaluate(Lander(db), db, 2, quiet=True)
+        version, params = db.load_params()
+        return version, params, evaluate(lander, None, 2, quiet=True)
 
     watch = Watch(db, 8, None, target=0.5, judge=judge)
     assert watch.check() is None, "the first greedy eval comes 30 s into the run"
     watch.judged -= 30  # as if those 30 s had passed
     with caplog.at_level(logging.INFO, logger="tinyverse"):
         reason = watch.check()
-    assert reason == "greedy eval's mean return 0.575 ± 0.383 over 2 episodes reached the target 0.5"
-    assert "greedy eval: mean return 0.575 ± 0.383 over 2 episodes (target 0.5)" in caplog.text
+    said = "greedy eval's mean return 0.575 ± 0.383 over 2 episodes of params v1 reached the target 0.5"
+    assert reason == f"{said}; kept as snapshot passed"
+    assert "greedy eval of params v1: mean return 0.575 ± 0.383 over 2 episodes (target 0.5)" in caplog.text

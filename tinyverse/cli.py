@@ -12,7 +12,7 @@ from pathlib import Path
 from . import __version__
 from .database import TOOL_WAIT, connect, url_from
 from .errors import TinyverseError, command, masked, typed
-from .evaluation import evaluate
+from .evaluation import chosen, evaluate, put
 from .flags import FLAGS, within
 from .loader import load_experiment, parse_set
 from .ops import export, launcher, monitor, plot, stop, tensorboard
@@ -40,15 +40,20 @@ def mode_train(args):
 
 
 def mode_eval(args):
-    """Play N full episodes with the latest params (or a file's); print each return, mean ± std."""
+    """Play N full episodes with the latest params (or --params: a snapshot's, a version's, a
+    file's); print each return, mean ± std."""
     record = None if args.no_record else args.record
-    if args.params:  # no database: the file holds the params and the options
+    if args.params and export.a_file(args.params):  # no database: the file holds it all
         exp, meta, _ = export.load(args.params, args.experiment, args.options)
         evaluate(exp, None, args.episodes, record, args.seed, version=int(meta["version"]))
-    else:
-        db = connect(args.url, args.prefix, TOOL_WAIT, create=False)
-        exp = load_experiment(args.experiment, db, args.options)
+        return
+    db = connect(args.url, args.prefix, TOOL_WAIT, create=False)
+    exp = load_experiment(args.experiment, db, args.options)
+    if args.params is None:
         evaluate(exp, db, args.episodes, record, args.seed)
+        return
+    version = put(exp, db, chosen(db, args.params))
+    evaluate(exp, None, args.episodes, record, args.seed, version=version)
 
 
 MODES = {"play": mode_play, "train": mode_train, "run": launcher.mode_run, "eval": mode_eval}

@@ -1,4 +1,5 @@
-"""Eval: full episodes with the latest params and the agent's best behaviour, with video."""
+"""Eval: full episodes with the latest params (or a snapshot's, a version's) and the agent's best
+behaviour, with video."""
 
 import functools
 import logging
@@ -9,10 +10,11 @@ import numpy as np
 
 from . import checks, readable, spaces
 from .database import Database
-from .errors import install
+from .database.snapshots import LATEST
+from .errors import TinyverseError, install
 from .experiment import Experiment
 from .files import written_whole
-from .params import sync_params
+from .params import check_stored, sync_params
 
 log = logging.getLogger(__name__)
 
@@ -78,3 +80,26 @@ def evaluate(exp: Experiment, db: Database | None, episodes=10, record=None, see
             shortest, longest = min(lengths), max(lengths)
             say(f"mean length {readable.spread(lengths)} steps, min {shortest}, max {longest}")
     return returns
+
+
+def chosen(db, spec: str | None) -> tuple[int, dict]:
+    """The (version, params) ``spec`` names in ``db`` (:meth:`~tinyverse.Database.find_params`:
+    None or latest, a snapshot's name, vN); else one line naming what it holds."""
+    if (found := db.find_params(spec)) is not None:
+        return found
+    where = f"prefix {db.prefix} of {db.url}"
+    if spec in (None, LATEST):
+        raise TinyverseError(f"no params in {where}: train first, or check --prefix")
+    held = ", ".join(f"{s.name} (v{s.version})" for s in db.snapshots()) or "none"
+    latest = "none" if (version := db.params_version()) is None else f"v{version}"
+    fix = "pass a snapshot's name, a version vN that one of them holds, or latest"
+    holds = f"its snapshots: {held}; the latest params: {latest}"
+    raise TinyverseError(f"no params {spec!r:.70} in {where} ({holds}): {fix}")
+
+
+def put(exp: Experiment, db, found: tuple[int, dict]) -> int:
+    """Load ``found``, (version, params) of ``db``, into ``exp``, checked against its own; the
+    version."""
+    check_stored(checks.get_params(exp), found[1], db)
+    checks.call("set_params", exp.set_params, found[1])
+    return found[0]

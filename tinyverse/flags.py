@@ -96,6 +96,7 @@ FLAGS = {
         ("-n --steps", ONE, "stop after this many env steps (all players together)"),
         ("--target-return", {"type": number}, "stop once the mean of 20 recent returns reaches it"),
         ("--target-eval", ONE, "hold --target-return against N greedy episodes every 30 s instead"),
+        ("--target-passes", ONE | {"default": 1}, "greedy evals in a row that must reach it (1)"),
         ("--max-crashes", ONE | {"default": 5}, "crashes of one worker in 2 min that end the run"),
         ("--ray", {"metavar": "ADDRESS"}, "workers as Ray tasks at ADDRESS (auto, HOST:PORT)"),
         ("--eval-episodes", ZERO | {"default": 10}, "episodes of the final eval (0: none)"),
@@ -107,7 +108,7 @@ FLAGS = {
         ("--record", {"default": "records"}, "directory for mp4 videos (default ./records)"),
         ("--no-record", ON, "no video"),
         ("--seed", SEED, "seed of the first episode"),
-        ("--params", {"metavar": "FILE"}, "play this file's params (from export), no database"),
+        ("--params", {"metavar": "FILE|NAME"}, "export's file (no database), snapshot, vN, latest"),
     ],
     "info": [
         ("--watch", {"type": seconds, "nargs": "?", "const": 2.0}, "refresh every N s (default 2)"),
@@ -119,11 +120,14 @@ FLAGS = {
     "clear": [
         ("--all", ON, "all of the below"),
         ("--del-sessions", ON, "delete recorded sessions"),
-        ("--del-params --del-weights", ON | {"dest": "del_params"}, "delete params"),
+        ("--del-params --del-weights", ON | {"dest": "del_params"}, "delete params and snapshots"),
         ("--del-metrics", ON, "delete returns and trainer metrics"),
         ("--kill-players", ON, "stop this machine's players, and ask those elsewhere to stop"),
         ("--kill-trainers", ON, "stop this machine's trainers, and ask those elsewhere to stop"),
     ],
-    "export": [("-o --output", {"type": output}, "file to write (default EXPERIMENT.safetensors)")],
+    "export": [
+        ("-o --output", {"type": output}, "file to write (default EXPERIMENT.safetensors)"),
+        ("--params", {"metavar": "NAME"}, "a snapshot, vN or latest (default: passed, or latest)"),
+    ],
     "import": [("file", {}, "a .safetensors file written by export")],
 }

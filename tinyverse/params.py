@@ -24,7 +24,7 @@ def check_params(expected: Arrays, got: Arrays, where: str, fix: str | None = No
         raise ParamsMismatch(f"params in {where} do not fit this experiment ({found}); {fix}")
 
 
-def _check_stored(expected: Arrays, stored: Arrays, db) -> None:
+def check_stored(expected: Arrays, stored: Arrays, db) -> None:
     """:func:`check_params` of the params stored in ``db``, the fix naming its prefix."""
     fix = f"use another --prefix, or delete them with: {command('clear --del-params', db.prefix)}"
     check_params(expected, stored, f"database {db.url} (prefix {db.prefix})", fix)
@@ -34,7 +34,7 @@ def _load(exp, db) -> int | None:
     """Load the stored params into ``exp``; their version, or None when none are stored."""
     if (found := db.load_params()) is None:
         return None
-    _check_stored(checks.get_params(exp), found[1], db)
+    check_stored(checks.get_params(exp), found[1], db)
     checks.call("set_params", exp.set_params, found[1])
     return found[0]
 
@@ -103,7 +103,7 @@ class Publisher:
             version, stored = self.version, self.stored
             if self.db.params_version() != version:  # another trainer pushed, or they were deleted
                 version, stored = self.db.load_params() or (0, self.base)
-                _check_stored(local, stored, self.db)
+                check_stored(local, stored, self.db)
             merged = self._merge(stored, local)
             saved = self.db.save_params(merged, self.version + 1, expect=version)
             if saved is not None:

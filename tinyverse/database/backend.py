@@ -55,12 +55,14 @@ class Backend(abc.ABC):
         """How to get rid of what tinyverse did not write under this prefix."""
         return f"delete it with {command('clear --all', self.prefix)}, or use another --prefix"
 
-    def _saved(self, version: Any, time: Any = 0) -> tuple[int, float]:
-        """A params version (0: none stored) and save time as read back; one line if junk."""
-        what = f"the stored params of {self.prefix}"
+    def _saved(self, version: Any, time: Any = 0, name=None) -> tuple[int, float]:
+        """A params version (0: none stored) and save time as read back (of the snapshot ``name``);
+        one line if junk."""
+        what = f"the stored params of {self.prefix}'"
+        what = what if name is None else f"snapshot {name!r:.70} of {self.prefix}'s"
         fix = f"delete them with {command('clear --del-params', self.prefix)}"
-        version = number(version, int, f"{what}' version", fix)
-        return version, number(time, float, f"{what}' time", fix)
+        version = number(version, int, f"{what} version", fix)
+        return version, number(time, float, f"{what} time", fix)
 
     def _failure(self, error: Exception) -> str:
         """The line for an error that waiting will not cure."""
@@ -89,11 +91,16 @@ class Backend(abc.ABC):
     def _get_meta(self, key: str) -> Any: ...  # as stored: text, or junk
     @abc.abstractmethod
     def _incr_meta(self, key: str, n: int) -> Any: ...
-    # version(the stored one, 0 if none): the version to write, None to write nothing
+    # version(the stored one, 0 if none): the version to write, None to write nothing; ``name``:
+    # of the snapshot so named (None: the rolling params), as in _params
     @abc.abstractmethod
-    def _save_params(self, blob: bytes, version: Callable[[int], int | None]) -> int | None: ...
+    def _save_params(self, blob: bytes, version: Callable, name=None) -> int | None: ...
     @abc.abstractmethod
-    def _params(self, data: bool) -> tuple[int, float, bytes | None] | None: ...  # data if asked
+    def _params(self, data: bool, name=None) -> tuple[int, float, bytes | None] | None: ...
+    @abc.abstractmethod
+    def _snapshots(self, limit: int) -> list[tuple[Any, Any, Any]]: ...  # (name, version, time)
+    @abc.abstractmethod
+    def _delete_snapshot(self, name: str) -> bool: ...  # whether it was there
     @abc.abstractmethod
     def _heartbeat(self, worker_id: str, info: str | None, ttl: float) -> None: ...  # None: gone
     @abc.abstractmethod

@@ -1,7 +1,7 @@
 """The database's data plane, what experiments and loops exchange: sessions (a ring the players
-append to, the trainers sample) and params (one versioned set). The control plane beside it
-(settings, counters, workers, metrics): :mod:`.control`; how each backend stores them:
-docs/database.rst."""
+append to, the trainers sample) and params (one versioned set; named snapshots: :mod:`.snapshots`).
+The control plane beside it (settings, counters, workers, metrics): :mod:`.control`; how each
+backend stores them: docs/database.rst."""
 
 import logging
 import random
@@ -11,8 +11,8 @@ import numpy as np
 
 from ..encoding import decode, decode_batch, differences, encode, layout
 from ..errors import RecordError, TinyverseError, command
-from .control import Control
 from .records import checked
+from .snapshots import Snapshots
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class Saved(NamedTuple):
     time: float  # Unix time of the save
 
 
-class Database(Control):
+class Database(Snapshots):
     """Sessions and params of one namespace (and, from :class:`~.control.Control`, its settings,
     counters, workers and metrics)."""
 
@@ -128,16 +128,18 @@ class Database(Control):
 
         return self._call(self._save_params, encode(params), version)
 
-    def load_params(self) -> tuple[int, Arrays] | None:
-        """(version, params) or None when none are stored."""
-        if (found := self._call(self._params, True)) is None:
+    def load_params(self, name: str | None = None) -> tuple[int, Arrays] | None:
+        """(version, params) or None when none are stored; of the snapshot ``name`` if given (by
+        version too: :meth:`find_params`)."""
+        if (found := self._call(self._params, True, name)) is None:
             return None
         try:
             return found[0], decode(found[2])
         except RecordError as e:
             fix = f"delete them with {command('clear --del-params', self.prefix)}"
             fix += " (trainers then start from a random init)"
-            raise RecordError(f"the stored params of {self.prefix} are {e}; {fix}") from None
+            what = "the stored params" if name is None else f"snapshot {name!r:.70}"
+            raise RecordError(f"{what} of {self.prefix}: {e}; {fix}") from None
 
     def params_version(self) -> int | None:
         """The stored params' version; None if none are stored."""

@@ -66,8 +66,10 @@ PACE.required["updates_per_step"] = (*NUMBER, NONE)
 HEARTBEAT = Schema({"role": str, "host": str, "pid": int, "started": NUMBER}, {"pace": PACE})
 HEARTBEAT.optional.update(place=str, waiting=(str, NONE), version=(int, NONE), time=NUMBER)
 HEARTBEAT.optional.update(pushes=int, conflicts=int, steps_per_s=NUMBER, updates_per_s=NUMBER)
+EPISODE = Schema({"return": NUMBER, "time": NUMBER, "steps": int}, {"worker": str})
+EPISODE.optional["version"] = (int, NONE)  # of the params that played it
 METRICS = {  # other kinds: any JSON object
-    "episodes": Schema({"return": NUMBER, "time": NUMBER, "steps": int}, {"worker": str}),
+    "episodes": EPISODE,
     "train": Schema({}, {"time": NUMBER, "updates": int, "loss": NUMBER, "worker": str}),
 }
 

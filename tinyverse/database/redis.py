@@ -2,6 +2,7 @@
 ``{prefix}:{name}``."""
 
 import contextlib
+import itertools
 import re
 import time
 from urllib.parse import urlsplit
@@ -15,6 +16,7 @@ from .records import number
 
 NAMESPACES = "tinyverse:namespaces"
 ANSWER_WAIT = 30.0  # seconds a worker's command waits for an answer till it says so and waits on
+SCANNED = {"workers": "worker:*", "metrics": "metrics:*", "params": "snapshot:*"}  # clear scans
 TYPES = {"sessions": b"hash", "seq": b"string", "lo": b"string", "meta": b"hash", "params": b"hash"}
 
 
@@ -61,8 +63,9 @@ class RedisDatabase(Database):
     def _wrong_types(self) -> list[tuple[str, bytes]]:
         """Our keys (this prefix's, the list of prefixes) of another type than tinyverse's."""
         want = {self.k[name]: kind for name, kind in TYPES.items()} | {NAMESPACES: b"set"}
-        metrics = self.r.scan_iter(match=f"{self.prefix}:metrics:*", count=1000)
-        want |= {key.decode(errors="replace"): b"list" for key in metrics}  # clear --all scans them
+        for pattern, kind in (("metrics:*", b"list"), ("snapshot:*", b"hash")):  # clear scans them
+            keys = self.r.scan_iter(match=f"{self.prefix}:{pattern}", count=1000)
+            want |= {key.decode(errors="replace"): kind for key in keys}
         found = {key: self.r.type(key) for key in want}  # a call a key: only after an error
         return [(key, kind) for key, kind in found.items() if kind not in (b"none", want[key])]
 
@@ -96,23 +99,40 @@ class RedisDatabase(Database):
         except redis.ResponseError as e:  # not an integer, or one that would overflow: junk
             raise DatabaseError(f"{self.k['meta']} field {key!r} ({e}): {self.junk}") from None
 
-    def _save_params(self, blob, version):
+    def _save_params(self, blob, version, name=None):
         self.r.sadd(NAMESPACES, self.prefix)  # a namespace is listed once it holds data
+        key = self._params_key(name)
 
         def write(p):  # WATCH/MULTI, retried if the params change meanwhile (Lua would copy MBs)
-            stored = self._saved(p.hget(self.k["params"], "version") or 0)[0]
+            stored = self._saved(p.hget(key, "version") or 0, 0, name)[0]
             if (new := version(stored)) is not None:
                 p.multi()
-                saved = {"version": new, "time": time.time(), "data": blob}
-                p.hset(self.k["params"], mapping=saved)
+                p.hset(key, mapping={"version": new, "time": time.time(), "data": blob})
             return new
 
-        return self.r.transaction(write, self.k["params"], value_from_callable=True)
+        return self.r.transaction(write, key, value_from_callable=True)
 
-    def _params(self, data):
+    def _params(self, data, name=None):
         fields = ["version", "time", "data"] if data else ["version", "time"]
-        found = (self.reads if data else self.r).hmget(self.k["params"], fields)
-        return None if found[0] is None else (*self._saved(*found[:2]), *found[2:])
+        found = (self.reads if data else self.r).hmget(self._params_key(name), fields)
+        return None if found[0] is None else (*self._saved(*found[:2], name), *found[2:])
+
+    def _params_key(self, name: str | None) -> str:
+        """The hash of the rolling params (``name`` None), or of the snapshot ``name``."""
+        return self.k["params"] if name is None else f"{self.prefix}:snapshot:{name}"
+
+    def _snapshots(self, limit):
+        scan = self.r.scan_iter(match=self._params_key("*"), count=1000)
+        keys = list(itertools.islice(scan, limit))
+        with self.r.pipeline(transaction=False) as p:
+            for key in keys:
+                p.hmget(key, "version", "time")
+            found = p.execute()
+        names = [key.decode(errors="replace")[len(self.prefix) + 10 :] for key in keys]
+        return [(n, *f) for n, f in zip(names, found, strict=True) if f[0] is not None]
+
+    def _delete_snapshot(self, name):
+        return self.r.delete(self._params_key(name)) > 0
 
     def _heartbeat(self, worker_id, info, ttl):
         if info is None:
@@ -140,7 +160,7 @@ class RedisDatabase(Database):
         if "sessions" in what:  # and their layout; seq (sessions ever added) stays
             self.scripts["clear"](keys=self.ring)
         keys = [self.k["params"]] if "params" in what else []
-        for name, pattern in (("workers", "worker:*"), ("metrics", "metrics:*")):
+        for name, pattern in SCANNED.items():
             if name in what:
                 keys += self.r.scan_iter(match=f"{self.prefix}:{pattern}", count=1000)
         if "settings" in what:  # and the counters, and the namespace's name; stop requests stay

@@ -2,7 +2,6 @@
 
 import contextlib
 import os
-import re
 import sqlite3
 import threading
 import time
@@ -10,33 +9,9 @@ import time
 from ..errors import DatabaseError
 from .base import Database
 from .records import number
+from .tables import MARK, TABLES, prefixes_in
 
-TABLES = {
-    "sessions": "id INTEGER PRIMARY KEY AUTOINCREMENT, data BLOB NOT NULL",
-    "params": "one INTEGER PRIMARY KEY CHECK (one = 1), version INTEGER, time REAL, data BLOB",
-    "meta": "key TEXT PRIMARY KEY, value TEXT",
-    "workers": "id TEXT PRIMARY KEY, info TEXT, expires REAL",
-    "metrics": "id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT, data TEXT",
-}
-MARK = "CREATE TABLE tinyverse_prefixes (prefix TEXT PRIMARY KEY)"  # the file is ours: its prefixes
-OURS = re.compile(r"([A-Za-z0-9_.-]{1,64}):(sessions|params|meta|workers|metrics|metrics_kind)")
 LOCK_WAIT = 30.0  # seconds a worker's statement waits for the write lock; then it says so, waits on
-
-
-def prefixes_in(conn: sqlite3.Connection, path: str) -> set[str]:
-    """The prefixes of a file's tinyverse tables, marked or of an earlier version (unmarked);
-    DatabaseError if it holds anything else: tables, views or triggers of another application."""
-    found, foreign = set(), []  # the prefixes of ours; the names of another application's
-    for kind, name, sql in conn.execute("SELECT type, name, sql FROM sqlite_master"):
-        if (ours := OURS.fullmatch(name)) and kind in ("table", "index"):
-            found.add(ours[1])
-        elif not (name.startswith("sqlite_") or sql == MARK):  # SQLite's own: indexes, sequences
-            foreign.append(name)
-    if foreign:
-        listed = ", ".join(map(repr, foreign[:3])) + (", ..." if len(foreign) > 3 else "")
-        fix = "tinyverse writes only to a file of its own: pass another --db"
-        raise DatabaseError(f"{path} holds tables that are not tinyverse's ({listed}): {fix}")
-    return found
 
 
 class SQLiteDatabase(Database):
@@ -142,18 +117,32 @@ class SQLiteDatabase(Database):
         sql = f"INSERT INTO {self.t['meta']} VALUES (?, ?) ON CONFLICT DO UPDATE SET value=value+?"
         return self.conn.execute(sql + " RETURNING value", (key, n, n)).fetchall()[0][0]
 
-    def _save_params(self, blob, version):
-        p = self.t["params"]
+    def _save_params(self, blob, version, name=None):
+        table, key, value = self._row(name)
         with self._write() as db:
-            row = db.execute(f"SELECT version FROM {p}").fetchone()
-            if (new := version(0 if row is None else self._saved(row[0])[0])) is not None:
-                db.execute(f"REPLACE INTO {p} VALUES (1, ?, ?, ?)", (new, time.time(), blob))
+            row = db.execute(f"SELECT version FROM {table} WHERE {key} = ?", (value,)).fetchone()
+            if (new := version(0 if row is None else self._saved(row[0], 0, name)[0])) is not None:
+                saved = (value, new, time.time(), blob)
+                db.execute(f"REPLACE INTO {table} VALUES (?, ?, ?, ?)", saved)
             return new
 
-    def _params(self, data):
-        sql = f"SELECT version, time, {'data' if data else 'NULL'} FROM {self.t['params']}"
-        row = self.conn.execute(sql).fetchone()
-        return None if row is None else (*self._saved(*row[:2]), row[2])
+    def _params(self, data, name=None):
+        table, key, value = self._row(name)
+        sql = f"SELECT version, time, {'data' if data else 'NULL'} FROM {table} WHERE {key} = ?"
+        row = self.conn.execute(sql, (value,)).fetchone()
+        return None if row is None else (*self._saved(*row[:2], name), row[2])
+
+    def _row(self, name: str | None) -> tuple[str, str, str | int]:
+        """The table, key column and key of the rolling params (``name`` None) or a snapshot."""
+        return (self.t["params"], "one", 1) if name is None else (self.t["snapshots"], "name", name)
+
+    def _snapshots(self, limit):
+        sql = f"SELECT name, version, time FROM {self.t['snapshots']} LIMIT ?"
+        return self.conn.execute(sql, (limit,)).fetchall()
+
+    def _delete_snapshot(self, name):
+        sql = f"DELETE FROM {self.t['snapshots']} WHERE name = ?"
+        return self.conn.execute(sql, (name,)).rowcount > 0
 
     def _heartbeat(self, worker_id, info, ttl):
         w = self.t["workers"]
@@ -182,8 +171,8 @@ class SQLiteDatabase(Database):
 
     def _clear(self, what):
         with self._write() as db:
-            for name in what - {"settings"}:
-                db.execute(f"DELETE FROM {self.t[name]}")
+            for name in what - {"settings"} | ({"snapshots"} if "params" in what else set()):
+                db.execute(f"DELETE FROM {self.t[name]}")  # the params take their snapshots along
             if "sessions" in what:  # and their layout
                 db.execute(f"DELETE FROM {self.t['meta']} WHERE key = 'layout'")
             if "settings" in what:  # stop requests stay: remote workers still stop

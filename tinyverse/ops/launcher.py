@@ -1,6 +1,7 @@
 """``run``: players and trainers as ``python -m tinyverse`` children, supervised, then stopped
 warmly."""
 
+import functools
 import logging
 import os
 import shutil
@@ -9,13 +10,14 @@ import time
 from pathlib import Path
 
 from ..database import connect
+from ..database.snapshots import VERDICT
 from ..errors import TinyverseError
-from ..evaluation import evaluate
+from ..evaluation import chosen, evaluate, put
 from ..loader import load_experiment
 from ..options import store
 from ..workers import PARENT, StopFlag, spawn
 from . import ray
-from .watch import Watch, progress  # noqa: F401  (progress: the tests')
+from .watch import Watch, compared, progress  # noqa: F401  (progress: the tests')
 
 log = logging.getLogger(__name__)
 CRASH_WINDOW = 120.0  # crashes older than this are forgiven
@@ -25,6 +27,9 @@ STOP_TIMEOUT = 30.0  # seconds a worker has to stop warmly before it is killed
 def mode_run(args):
     """Start players and trainers on this machine (or a Ray cluster), supervise them, stop them,
     then eval."""
+    if args.target_passes > 1 and not (args.target_eval and args.target_return is not None):
+        wants = "add --target-eval N and --target-return X"
+        raise TinyverseError(f"--target-passes counts greedy evals: {wants}")
     db = connect(args.url, args.prefix, capacity=args.buffer_size)
     exp = load_experiment(args.experiment, db, args.options)
     store(exp, db)  # the children adopt the run's options
@@ -45,15 +50,34 @@ def mode_run(args):
         for i in range(n):  # e.g. Ape-X: player i of n explores with an epsilon of its own
             index = {"TINYVERSE_WORKER_INDEX": str(i), "TINYVERSE_WORKER_COUNT": str(n)}
             workers.append((f"{role}-{i}", [*argv, "--prefix", args.prefix, "-q"], env | index))
-    judge = args.target_eval and (lambda: evaluate(exp, db, args.target_eval, quiet=True))
-    watch = Watch(db, exp.session_length, args.steps, args.target_return, judge)
+    judge = args.target_eval and functools.partial(judged, exp, db, args.target_eval)
+    watch = Watch(db, exp.session_length, args.steps, args.target_return, judge, args.target_passes)
     reason = supervise(workers, start, watch, args.max_crashes)
     print(f"run stopped: {reason}")
     if args.eval_episodes:
-        evaluate(exp, db, args.eval_episodes, None)
+        final_eval(exp, db, args.eval_episodes, watch.verdict)
     if args.target_return is not None and not watch.reached:  # exit 1: CI sees it did not learn
         target = f"--target-return {args.target_return:g}"
         raise TinyverseError(f"run stopped ({reason}) short of {target}: info shows how far it got")
+
+
+def judged(exp, db, episodes: int) -> tuple | None:
+    """(version, params, returns) of ``episodes`` greedy episodes of the latest params; None while
+    none are stored."""
+    if (found := db.load_params()) is None:
+        return None
+    version = put(exp, db, found)
+    return version, found[1], evaluate(exp, None, episodes, quiet=True, version=version)
+
+
+def final_eval(exp, db, episodes: int, verdict) -> None:
+    """The final eval: of the snapshot the verdict kept (the agent run leaves, and export takes),
+    beside the returns it passed on; else (no target reached) of the latest params."""
+    if verdict is None:
+        evaluate(exp, db, episodes, None)
+        return
+    version = put(exp, db, chosen(db, VERDICT))
+    print(compared(verdict, evaluate(exp, None, episodes, None, version=version)))
 
 
 def supervise(workers: list[tuple], spawn, watch: "Watch", max_crashes: int) -> str:

@@ -91,11 +91,7 @@ def _field_docs(kind) -> dict[str, str]:
     for cls in reversed(kind.__mro__[:-1]):  # a subclass's docstring wins
         try:
             body = ast.parse(inspect.getsource(cls)).body[0].body
-        except (
-            OSError,
-            TypeError,
-            SyntaxError,
-        ):  # no source, or a class defined inside a function (indented)
+        except (OSError, TypeError, SyntaxError):  # no source, or a class in a function (indented)
             continue
         for node, after in zip(body, body[1:], strict=False):
             text = getattr(after, "value", None)
@@ -127,6 +123,10 @@ def info_text(db: Database, last: int = 100) -> str:
         "none" if saved is None else f"version {saved.version}, saved {_age(now - saved.time)} ago"
     )
     lines.append(f"  params    {held}")
+    if snapshots := db.snapshots()[::-1]:  # the newest first
+        shown = [f"{s.name} v{s.version} ({_age(now - s.time)} ago)" for s in snapshots[:8]]
+        more = f", {len(snapshots) - 8} older" if len(snapshots) > 8 else ""
+        lines.append(f"  snapshots {', '.join(shown)}{more}")
     pace = next((w["pace"] for w in workers if w.get("pace")), None)
     if pace and pace["updates_per_step"]:
         updates = db.counter("updates")

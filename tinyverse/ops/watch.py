@@ -1,18 +1,22 @@
-"""``run``'s progress line and its stop conditions (steps, a target on training returns or on greedy
-evals)."""
+"""``run``'s progress line, its stop conditions (steps, a target on training returns or on greedy
+evals) and its verdict: the params that reached the target, kept as a snapshot for the final eval
+and export."""
 
 import logging
 import sys
 import time
+from typing import NamedTuple
 
 import numpy as np
 
 from .. import readable
 from ..database import Database
+from ..database.snapshots import VERDICT
 from ..every import Every
 from .bottleneck import side
 
 log = logging.getLogger(__name__)
+JUDGE_EVERY = 30.0  # seconds between two greedy evals (--target-eval)
 
 
 def progress(db: Database) -> list[str]:
@@ -28,68 +32,111 @@ def progress(db: Database) -> list[str]:
     return parts
 
 
-class Watch:
-    """The run's progress line and its stop conditions, counted from the start of this run."""
+class Verdict(NamedTuple):
+    """What reached the target: the params (and their version), the returns they were judged on."""
 
-    def __init__(
-        self, db, session_length: int, max_steps: int | None, target: float | None, judge=None
-    ):
-        self.db, self.T, self.max_steps, self.target, self.judge = (
-            db,
-            session_length,
-            max_steps,
-            target,
-            judge,
-        )
+    version: int
+    params: dict
+    returns: list[float]
+    judged: str  # on what: greedy episodes, or training episodes (of which params)
+    reason: str  # why the run stops, as it says
+
+
+class Watch:
+    """The run's progress line and its stop conditions, counted from the start of this run.
+    ``judge()``: greedy episodes of the latest params as (version, params, returns), None while
+    none are stored; ``passes``: greedy evals in a row that reach the target."""
+
+    def __init__(self, db, session_length: int, max_steps, target, judge=None, passes: int = 1):
+        self.db = db
+        self.T = session_length
+        self.max_steps = max_steps
+        self.target = target
+        self.judge = judge
+        self.passes = passes
+        self.passed = 0  # greedy evals in a row that reached the target
+        self.verdict = None  # once the target is reached
         last = db.metrics("episodes", 1)
         self.since = last[-1]["time"] if last else 0.0  # the target counts only this run's episodes
         self.steps0 = db.env_steps(self.T)  # played before this run
         self.started = time.monotonic()
+        self.judged = self.started  # when the last greedy eval began
         self.tty = sys.stderr.isatty()
-        self.judged, self.shown = (
-            self.started,
-            Every(20.0),
-        )  # a greedy eval every 30 s; on no tty, a line every 20 s
-        self.reached = False  # whether it stopped because the target was reached
+        self.shown = Every(20.0)  # on no tty, a line every 20 s
+
+    @property
+    def reached(self) -> bool:
+        """Whether it stopped because the target was reached."""
+        return self.verdict is not None
 
     def check(self) -> str | None:
-        """Show progress; why the run should stop, or None."""
+        """Show progress; why the run should stop, or None. A target reached keeps the params
+        that reached it as the snapshot :data:`~tinyverse.database.snapshots.VERDICT`."""
         steps = self.db.env_steps(self.T) - self.steps0
         now = time.monotonic()
-        line = " | ".join(
-            [
-                f"env steps {steps:,} ({steps / max(now - self.started, 1e-9):,.0f}/s)",
-                *progress(self.db),
-            ]
-        )
+        rate = f"env steps {steps:,} ({steps / max(now - self.started, 1e-9):,.0f}/s)"
+        line = " | ".join([rate, *progress(self.db)])
         if self.tty:
             print(f"\r{line}\033[K", end="", file=sys.stderr, flush=True)
         elif self.shown():
             log.info("%s", line)
-        if self.target is not None and (reached := self._reached(now)):
-            self.reached = True
-            return reached
+        if self.target is not None and self.judge is not None and now - self.judged >= JUDGE_EVERY:
+            self.verdict = self._greedy()
+        elif self.target is not None and self.judge is None:
+            self.verdict = self._training()
+        if self.verdict is not None:
+            self.db.save_snapshot(VERDICT, self.verdict.params, self.verdict.version)
+            return self.verdict.reason
         if self.max_steps is not None and steps >= self.max_steps:
             return f"reached {steps:,} env steps"
         return None
 
-    def _reached(self, now: float) -> str | None:
-        """Why the target counts as reached (the mean judged, its spread and count), or None."""
-        if self.judge:  # greedy episodes of the latest params, every 30 s
-            if now - self.judged < 30:
-                return None
-            returns, self.judged = self.judge(), time.monotonic()  # when it was judged last
-            what = "greedy eval's mean return"
-            log.info("greedy eval: mean return %s (target %g)", readable.mean(returns), self.target)
-        else:  # this run's training episodes
-            returns = self.db.recent_returns(20, self.since)
-            what = "recent mean return"
-            if len(returns) < 20:
-                return None
-        if np.mean(returns) < self.target:
+    def _greedy(self) -> Verdict | None:
+        """A greedy eval of the latest params; the verdict once ``passes`` in a row reached the
+        target."""
+        self.judged = time.monotonic()
+        if (judged := self.judge()) is None:
             return None
-        return f"{what} {readable.mean(returns)} reached the target {self.target:g}"
+        version, params, returns = judged
+        said = "greedy eval of params v%d: mean return %s (target %g)"
+        log.info(said, version, readable.mean(returns), self.target)
+        self.passed = self.passed + 1 if np.mean(returns) >= self.target else 0
+        if self.passed < self.passes:
+            return None
+        in_a_row = f" ({self.passes} evals in a row)" if self.passes > 1 else ""
+        reason = f"greedy eval's mean return {readable.mean(returns)} of params v{version}"
+        reason += f" reached the target {self.target:g}{in_a_row}; kept as snapshot {VERDICT}"
+        return Verdict(version, params, returns, "the greedy eval", reason)
+
+    def _training(self) -> Verdict | None:
+        """The verdict once the mean of this run's last 20 training episodes reaches the target:
+        the params stored at that moment, which the final eval then plays greedily."""
+        episodes = [m for m in self.db.metrics("episodes", 20) if m["time"] > self.since]
+        returns = [m["return"] for m in episodes]
+        if len(returns) < 20 or np.mean(returns) < self.target:
+            return None
+        if (found := self.db.load_params()) is None:
+            return None
+        versions = [m["version"] for m in episodes if m.get("version") is not None]
+        played = f"params v{min(versions)} to v{max(versions)}" if versions else "params unknown"
+        judged = f"training ({played}, exploring)"
+        reason = f"recent mean return {readable.mean(returns)} reached the target {self.target:g}"
+        reason += f" in {judged}; kept the latest params, v{found[0]}, as snapshot {VERDICT}"
+        return Verdict(*found, returns, judged, reason)
 
     def close(self) -> None:
         if self.tty:
             print(file=sys.stderr)
+
+
+def compared(verdict: Verdict, returns: list[float]) -> str:
+    """The returns the verdict judged beside the final eval's of the same params; a warning when
+    the two means differ by more than the larger of their spreads."""
+    said = f"verdict on params v{verdict.version} (snapshot {VERDICT}): "
+    said += f"{readable.mean(verdict.returns)} in {verdict.judged}; "
+    said += f"{readable.mean(returns)} in the final eval"
+    gap = abs(np.mean(verdict.returns) - np.mean(returns))
+    if gap > max(np.std(verdict.returns), np.std(returns)):
+        fix = "judge on more episodes (--target-eval N) or more evals in a row (--target-passes)"
+        log.warning("the final eval differs from the verdict by more than their spread: %s", fix)
+    return said
