@@ -31,13 +31,13 @@ class Saved(NamedTuple):
 
 
 class Database(Snapshots):
-    """Sessions and params of one namespace (and, from :class:`~.control.Control`, its settings,
+    """Sessions and params of one namespace (and, from ``control.Control``, its settings,
     counters, workers and metrics)."""
 
     # -- sessions ----------------------------------------------------------------------------------
     def add_sessions(self, sessions: list[Arrays], capacity: int | None = None) -> None:
         """Append sessions atomically, evicting the oldest; the first append stores their layout
-        and the capacity (``capacity``, else what fits :data:`BUDGET`) unless one is stored."""
+        and the capacity (``capacity``, else what fits ``BUDGET``) unless one is stored."""
         if not sessions:
             return
         if self.layout != (mine := layout(sessions[0])):
