@@ -12,11 +12,14 @@ and then timed through the public API, encoding and decoding included:
   decoded into stacked arrays, ready to train on;
 - get: ``session_range()`` + ``get_batch(ids)`` of random ids (the path of prioritized replay).
 
-Next to them, raw redis-py on the same server with values of the same byte size: pipelined SET of
-``--add-batch`` values per round trip, and MGET of ``--sample-batch`` random keys; the ratio is
-tinyverse / raw. Raw bytes are not arrays yet: the ratio charges tinyverse for decoding (and, for
-Atari frames, for inflating them) but not raw Redis. For Atari a second raw row stores the frames
-uncompressed (values the size of the arrays), what storing them without a codec would cost.
+Next to them, in turns with them (a tenth of a second each, so that a busy machine's load falls on both
+alike), raw redis-py on the same server: pipelined SET of ``--add-batch`` values of the same byte size per
+round trip; for sampling from Redis an HMGET of ``--sample-batch`` random ids of the same ring (the same
+bytes), for SQLite an MGET of as many values of the same size. The ratio is tinyverse / raw. Raw bytes are
+not arrays yet: the ratio charges tinyverse for decoding (and, for Atari frames, for inflating them) but not
+raw Redis. Each sample line also splits a batch's time: the fetch (``_sample``; the Redis server's time of it
+from INFO commandstats, every client's) and decoding and stacking. For Atari a line gives raw SET and MGET
+of the frames uncompressed (values the size of the arrays), what storing them without a codec would cost.
 Also printed: bytes stored per transition (Redis MEMORY USAGE of the ring, SQLite file size) and
 what zlib compression buys Atari frames (size, encode and decode time vs raw).
 
@@ -226,15 +229,19 @@ def bench(backend, url, payload, sessions, sizes, raw, args, r) -> list[list[str
                 lo, hi = db.session_range()
                 db.get_batch(rng.integers(lo, hi + 1, B).tolist())
 
-            lo, hi = db.session_range()
-            drawn = itertools.cycle([rng.integers(lo, hi + 1, B).tolist() for _ in range(256)])
-            if backend == "redis":  # the same bytes: the ring's hash, as many random ids, drawn beforehand
-                raw_get = lambda: r.hmget(f"{prefix}:sessions", next(drawn))  # noqa: E731, B023
-            else:  # no ring in Redis: values of the same size under 1,000 keys
-                raw_get = lambda: raw.get(B, rng)  # noqa: E731
             rate = alternated({"add": add, "raw add": lambda: raw.add(args.add_batch)}, args.seconds, r)
             add_s, raw_add = rate["add"][0] * args.add_batch, rate["raw add"][0] * args.add_batch
             db.sample_batch(B)  # the Redis sampler learns the range: its steady state is timed
+            lo, hi = db.session_range()  # after the adds, which turned the ring over
+            # ids drawn beforehand, 4,096 batches of them: more than a ring of 10^5 holds, so that the server's
+            # caches favour neither side; drawn after the adds (before them, raw fetched evicted ids: nothing)
+            drawn = itertools.cycle(rng.integers(lo, hi + 1, (4096, B)).tolist())
+            if backend == "redis":  # the same bytes: the ring's hash, as many random ids
+                raw_get = lambda: r.hmget(f"{prefix}:sessions", next(drawn))  # noqa: E731, B023
+            else:  # no ring in Redis: values of the same size under 1,000 keys
+                raw_get = lambda: raw.get(B, rng)  # noqa: E731
+            if backend == "redis":
+                assert None not in r.hmget(f"{prefix}:sessions", list(range(lo, hi + 1))[:1000]), "raw would miss"
             parts = {"sample": lambda: db.sample_batch(B), "raw": raw_get}
             parts["fetch"] = lambda: db._call(db._sample, B) if hasattr(db, "_sample") else None  # older trees: none
             rate = alternated(parts, args.seconds, r)
