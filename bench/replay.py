@@ -12,11 +12,14 @@ and then timed through the public API, encoding and decoding included:
   decoded into stacked arrays, ready to train on;
 - get: ``session_range()`` + ``get_batch(ids)`` of random ids (the path of prioritized replay).
 
-Next to them, raw redis-py on the same server with values of the same byte size: pipelined SET of
-``--add-batch`` values per round trip, and MGET of ``--sample-batch`` random keys; the ratio is
-tinyverse / raw. Raw bytes are not arrays yet: the ratio charges tinyverse for decoding (and, for
-Atari frames, for inflating them) but not raw Redis. For Atari a second raw row stores the frames
-uncompressed (values the size of the arrays), what storing them without a codec would cost.
+Next to them, in turns with them (a tenth of a second each, so that a busy machine's load falls on both
+alike), raw redis-py on the same server: pipelined SET of ``--add-batch`` values of the same byte size per
+round trip; for sampling from Redis an HMGET of ``--sample-batch`` random ids of the same ring (the same
+bytes), for SQLite an MGET of as many values of the same size. The ratio is tinyverse / raw. Raw bytes are
+not arrays yet: the ratio charges tinyverse for decoding (and, for Atari frames, for inflating them) but not
+raw Redis. Each sample line also splits a batch's time: the fetch (``_sample``; the Redis server's time of it
+from INFO commandstats, every client's) and decoding and stacking. For Atari a line gives raw SET and MGET
+of the frames uncompressed (values the size of the arrays), what storing them without a codec would cost.
 Also printed: bytes stored per transition (Redis MEMORY USAGE of the ring, SQLite file size) and
 what zlib compression buys Atari frames (size, encode and decode time vs raw).
 
@@ -28,6 +31,7 @@ stops growing a ring that would push Redis past ``--redis-max-gb``.
 """
 
 import argparse
+import itertools
 import os
 import sys
 import tempfile
@@ -172,18 +176,42 @@ def stored_bytes(db, r: redis.Redis | None) -> int:
     return sum(os.path.getsize(p) for p in (db.path, db.path + "-wal") if os.path.exists(p))
 
 
+def alternated(fns: dict, seconds: float, r: redis.Redis, turns: int = 20) -> dict[str, tuple[float, float]]:
+    """Calls per second of each of ``fns`` and Redis server microseconds per call (INFO commandstats,
+    every client's), the functions run in turns one after the other, each turn about
+    ``seconds / turns``: a busy machine's load falls on each alike."""
+    calls, spent, server = dict.fromkeys(fns, 0), dict.fromkeys(fns, 0.0), dict.fromkeys(fns, 0.0)
+    for _ in range(turns):
+        for name, fn in fns.items():
+            before = server_us(r)
+            start, n = time.perf_counter(), 0
+            while n < 3 or time.perf_counter() - start < seconds / turns:
+                fn()
+                n += 1
+            spent[name] += time.perf_counter() - start
+            calls[name] += n
+            server[name] += server_us(r) - before
+    return {name: (calls[name] / spent[name], server[name] / calls[name]) for name in fns}
+
+
+def server_us(r: redis.Redis) -> float:
+    """Microseconds the server spent on commands so far (INFO and CONFIG left out)."""
+    stats = r.info("commandstats")
+    return sum(v["usec"] for k, v in stats.items() if k not in ("cmdstat_info", "cmdstat_config"))
+
+
 def bench(backend, url, payload, sessions, sizes, raw, args, r) -> list[list[str]]:
     rng = np.random.default_rng(0)
     blobs = [encoding.encode(s) for s in sessions]
     size_b = float(np.mean([len(b) for b in blobs]))
     T = len(sessions[0]["rewards"])
+    B = args.sample_batch
     prefix = f"bench-replay-{uuid.uuid4().hex[:8]}"
     db = connect(url, prefix, retry_for=10)
     rows = []
     try:
-        raw_add, raw_get = raw
         for n in sizes:
-            if r is not None:
+            if backend == "redis":
                 used = int(r.info("memory")["used_memory"])
                 if used + (n - db.count_sessions()[0]) * size_b * 1.2 > args.redis_max_gb * 2**30:
                     print(f"  {backend} {payload}: stopping before {n:,} sessions (Redis would pass --redis-max-gb)")
@@ -191,7 +219,7 @@ def bench(backend, url, payload, sessions, sizes, raw, args, r) -> list[list[str
             t0 = time.perf_counter()
             fill(db, blobs, n, max(1, int(2**24 // size_b)))
             filled = time.perf_counter() - t0
-            per_transition = stored_bytes(db, r) / (n * T)
+            per_transition = stored_bytes(db, r if backend == "redis" else None) / (n * T)
             turn = iter(range(10**12))
 
             def add(turn=turn, n=n):
@@ -199,11 +227,34 @@ def bench(backend, url, payload, sessions, sizes, raw, args, r) -> list[list[str
 
             def get():
                 lo, hi = db.session_range()
-                db.get_batch(rng.integers(lo, hi + 1, args.sample_batch).tolist())
+                db.get_batch(rng.integers(lo, hi + 1, B).tolist())
 
-            add_s = timed(add, args.seconds) * args.add_batch
-            sample_s = timed(lambda: db.sample_batch(args.sample_batch), args.seconds) * args.sample_batch
-            get_s = timed(get, args.seconds) * args.sample_batch
+            rate = alternated({"add": add, "raw add": lambda: raw.add(args.add_batch)}, args.seconds, r)
+            add_s, raw_add = rate["add"][0] * args.add_batch, rate["raw add"][0] * args.add_batch
+            db.sample_batch(B)  # the Redis sampler learns the range: its steady state is timed
+            lo, hi = db.session_range()  # after the adds, which turned the ring over
+            # ids drawn beforehand, 4,096 batches of them: more than a ring of 10^5 holds, so that the server's
+            # caches favour neither side; drawn after the adds (before them, raw fetched evicted ids: nothing)
+            drawn = itertools.cycle(rng.integers(lo, hi + 1, (4096, B)).tolist())
+            if backend == "redis":  # the same bytes: the ring's hash, as many random ids
+                raw_get = lambda: r.hmget(f"{prefix}:sessions", next(drawn))  # noqa: E731, B023
+            else:  # no ring in Redis: values of the same size under 1,000 keys
+                raw_get = lambda: raw.get(B, rng)  # noqa: E731
+            if backend == "redis":
+                assert None not in r.hmget(f"{prefix}:sessions", list(range(lo, hi + 1))[:1000]), "raw would miss"
+            parts = {"sample": lambda: db.sample_batch(B), "raw": raw_get}
+            parts["fetch"] = lambda: db._call(db._sample, B) if hasattr(db, "_sample") else None  # older trees: none
+            rate = alternated(parts, args.seconds, r)
+            us = {k: 1e6 / v[0] for k, v in rate.items()}
+            sample_s, raw_s = rate["sample"][0] * B, rate["raw"][0] * B
+            print(  # decoding fresh rows costs more than decoding one batch again and again: it is the difference
+                f"  {backend} {payload} {n:,}: a batch of {B} {us['sample']:.0f} us = fetch {us['fetch']:.0f}"
+                f" (Redis {rate['fetch'][1]:.0f}) + decode and stack {us['sample'] - us['fetch']:.0f}; raw"
+                f" {'HMGET of the ring' if backend == 'redis' else 'MGET'} {us['raw']:.0f} us"
+                f" (Redis {rate['raw'][1]:.0f}); sample vs raw {sample_s / raw_s:.2f}",
+                flush=True,
+            )
+            get_s = timed(get, args.seconds) * B
             mb = size_b / 2**20
             rows.append(
                 [
@@ -212,11 +263,13 @@ def bench(backend, url, payload, sessions, sizes, raw, args, r) -> list[list[str
                     f"{n:,}",
                     f"{add_s:,.0f}",
                     f"{add_s * mb:,.1f}",
+                    f"{raw_add:,.0f}",
+                    f"{add_s / raw_add:.2f}",
                     f"{sample_s:,.0f}",
                     f"{sample_s * mb:,.1f}",
+                    f"{raw_s:,.0f}",
+                    f"{sample_s / raw_s:.2f}",
                     f"{get_s:,.0f}",
-                    f"{add_s / raw_add:.2f}",
-                    f"{sample_s / raw_get:.2f}",
                     f"{per_transition:,.0f}",
                     f"{filled:.0f}",
                 ]
@@ -224,7 +277,7 @@ def bench(backend, url, payload, sessions, sizes, raw, args, r) -> list[list[str
             print("  " + " | ".join(rows[-1]), flush=True)
     finally:
         db.clear(sessions=True, params=True, workers=True, metrics=True)
-        if r is not None:
+        if backend == "redis":
             keys = list(r.scan_iter(match=f"{prefix}:*", count=1000))
             if keys:
                 r.unlink(*keys)
@@ -240,11 +293,13 @@ def table(rows: list[list[str]]) -> str:
         "stored",
         "add/s",
         "add MB/s",
+        "raw add/s",
+        "add vs raw",
         "sample/s",
         "sample MB/s",
-        "get/s",
-        "add vs raw",
+        "raw sample/s",
         "sample vs raw",
+        "get/s",
         "B/transition",
         "fill s",
     ]
@@ -285,29 +340,19 @@ def main():
                 continue
             size = len(encoding.encode(sessions[0]))
             raw = Raw(r, f"{raw_prefix}-{payload}", encoding.encode(sessions[0]))
-            raw_add = timed(lambda: raw.add(args.add_batch), args.seconds) * args.add_batch  # noqa: B023
-            raw_get = timed(lambda: raw.get(args.sample_batch, rng), args.seconds) * args.sample_batch  # noqa: B023
-            mb = size / 2**20
-            print(f"{payload}: {size:,} B a session encoded; raw redis-py: SET {raw_add:,.0f}/s, MGET {raw_get:,.0f}/s")
-            raw_row = ["raw redis", payload, "1,000", f"{raw_add:,.0f}", f"{raw_add * mb:,.1f}", f"{raw_get:,.0f}"]
-            rows.append(raw_row + [f"{raw_get * mb:,.1f}", "", "1.00", "1.00", "", ""])
+            print(f"{payload}: {size:,} B a session encoded")
             if payload == "atari":  # the same arrays stored without a codec
                 plain = b"x" * sum(a.nbytes for a in sessions[0].values())
                 unzipped = Raw(r, f"{raw_prefix}-{payload}-plain", plain, n=200)
                 plain_add = timed(lambda: unzipped.add(args.add_batch), args.seconds) * args.add_batch  # noqa: B023
                 plain_get = timed(lambda: unzipped.get(args.sample_batch, rng), args.seconds) * args.sample_batch  # noqa: B023
-                pmb = len(plain) / 2**20
-                print(f"  uncompressed ({len(plain):,} B): SET {plain_add:,.0f}/s, MGET {plain_get:,.0f}/s")
-                rows.append(
-                    ["raw uncompressed", payload, "200", f"{plain_add:,.0f}", f"{plain_add * pmb:,.1f}"]
-                    + [f"{plain_get:,.0f}", f"{plain_get * pmb:,.1f}", "", "", "", "", ""]
-                )
+                print(f"  uncompressed ({len(plain):,} B): raw SET {plain_add:,.0f}/s, MGET {plain_get:,.0f}/s")
             for backend in args.backends.split(","):
                 if backend == "sqlite":
-                    url, client = f"sqlite:///{workdir / f'{payload}.db'}", None
+                    url = f"sqlite:///{workdir / f'{payload}.db'}"
                 else:
-                    url, client = args.redis, r
-                rows += bench(backend, url, payload, sessions, sizes, (raw_add, raw_get), args, client)
+                    url = args.redis
+                rows += bench(backend, url, payload, sessions, sizes, raw, args, r)
                 if backend == "sqlite":
                     for f in workdir.glob(f"{payload}.db*"):
                         f.unlink()
@@ -320,9 +365,10 @@ def main():
     print(
         "\nadd/s, sample/s, get/s: sessions per second (sample = sample_batch, stacked;"
         " get = session_range + get_batch, prioritized replay's path); MB/s of encoded"
-        " sessions; vs raw = tinyverse / raw redis-py with values of the same size"
-        f" (pipelined SET x{args.add_batch}, MGET x{args.sample_batch}); B/transition: stored bytes / (sessions x"
-        " ticks)"
+        " sessions; raw: redis-py run in turns with tinyverse (pipelined SET"
+        f" x{args.add_batch} of values of the same size; for Redis an HMGET x{args.sample_batch} of"
+        " the ring itself, ids drawn beforehand, for SQLite an MGET of values of the same size);"
+        " B/transition: stored bytes / (sessions x ticks)"
     )
 
 

@@ -11,6 +11,7 @@ import json
 import logging
 import multiprocessing
 import pickle
+import random
 import socket
 import sqlite3
 import subprocess
@@ -309,6 +310,33 @@ class TestSessions:
         assert set(counts) == set(range(10))
         # 500 expected each, standard deviation ~21: a loose band that only a biased sampler leaves
         assert all(350 < c < 650 for c in counts.values()), counts
+
+    def test_sampling_is_uniform_over_the_stored_ids(self, db):
+        random.seed(7)  # every backend draws with Python's random: the counts below are the same each run
+        db.add_sessions([tiny(i) for i in range(60)], capacity=48)  # ids 13..60 stored
+        db._call(db._delete, [13, 20, 41, 60])  # removed: drawn, found missing, drawn again
+        stored = sorted(set(range(13, 61)) - {13, 20, 41, 60})
+        counts = Counter(i for _ in range(88) for i in db.sample_batch(50)["id"].tolist())
+        assert sorted(counts) == stored
+        expected = 88 * 50 / len(stored)  # 100 each
+        chi2 = sum((counts[i] - expected) ** 2 / expected for i in stored)
+        assert chi2 < 90, counts  # 43 degrees of freedom: 43 on average, past 90 once in 30,000 runs
+
+    def test_a_batch_never_holds_an_evicted_id_and_takes_in_new_ones(self, db):
+        """The ring turns over between batches, by 0 to 3 sessions: Redis draws from the range its last
+        batch saw, widened by what it had grown, and must still cover the whole range now."""
+        random.seed(8)
+        db.add_sessions([tiny(i) for i in range(20)], capacity=20)
+        added, newest = 20, 0
+        for k in range(200):
+            db.add_sessions([tiny(added + j) for j in range(k % 4)], capacity=20)
+            added += k % 4
+            batch = db.sample_batch(40)
+            assert db.session_range() == (added - 19, added)
+            assert size(batch) == 40 and added - 19 <= batch["id"].min() and batch["id"].max() <= added
+            assert (batch["id"] == batch["i"] + 1).all(), "each session under the id it was added with"
+            newest += int((batch["id"] == added).sum())
+        assert 300 < newest < 500, newest  # 2 a batch on average: 400
 
     def test_eviction_keeps_exactly_the_newest(self, db):
         db.add_sessions([tiny(i) for i in range(3)], capacity=5)
@@ -943,6 +971,20 @@ class TestConcurrency:
             assert sorted(seen) == [(w, i) for w in range(writers) for i in range(per_writer)]
         assert db.counter("corrupt") == 0
         assert size(db.sample_batch(64)) == 64 and len(check_batch(db.sample_batch(64))) == 64
+
+    def test_sampled_ids_are_stored_ones_while_a_writer_evicts(self, db, db_url):
+        writer = start(WRITE_SESSIONS, db_url, db.prefix, 1, 1000, 30)
+        batches = 0
+        while writer.poll() is None or batches < 20:
+            lo = db.session_range()[0]  # the oldest stored id only grows
+            batch = db.sample_batch(16)
+            hi = db.session_range()[1]
+            if batch:
+                assert lo <= batch["id"].min() and batch["id"].max() <= hi, (lo, hi, batch["id"])
+                assert [i + 1 for _, i in check_batch(batch)] == batch["id"].tolist()
+                batches += 1
+        join_all([writer])
+        assert batches >= 20 and db.count_sessions() == (30, 1000)
 
     def test_a_reader_never_sees_half_written_params(self, db, db_url, tmp_path):
         stop = tmp_path / "stop"

@@ -75,13 +75,16 @@ def decode_batch(blobs: list[bytes], expected: list | None = None) -> tuple[dict
     groups = {}  # header bytes -> (spec, the indices of its records)
     specs = {}  # index -> spec
     errors = []
+    last = None  # the last header read: a batch's records share one, most times
     for i, data in enumerate(blobs):
         try:
-            head, found, specs[i], end = _header(data)
+            if last is None or data[: len(last[0])] != last[0]:
+                last = _header(data)
+            head, found, specs[i], end = last
             if end != len(data):
                 raise ValueError("truncated record" if end > len(data) else "trailing bytes")
             expected = found if expected is None else expected
-            if found == expected:
+            if head in groups or found == expected:  # a header met before: its layout compared
                 groups.setdefault(head, (specs[i], []))[1].append(i)
         except _ERRORS as e:
             errors.append((i, f"corrupt or foreign record ({e})"))
@@ -97,7 +100,8 @@ def decode_batch(blobs: list[bytes], expected: list | None = None) -> tuple[dict
             if codec == "raw" and end > start:  # each array is a band of columns
                 out[name][rows] = joined[:, start:end].view(dt).reshape(len(idx), *shape)
     failed = []  # rows whose zlib data does not inflate to their arrays, inflated into place
-    for row, i in enumerate(kept):
+    zipped = any(codec == "zlib" for spec, _ in groups.values() for _, _, _, codec, _, _ in spec)
+    for row, i in enumerate(kept if zipped else []):
         try:
             for name, _, _, codec, start, end in specs[i]:
                 if codec == "zlib":

@@ -5,6 +5,7 @@ an unreachable server and turns the backend's errors into one line."""
 import abc
 import itertools
 import logging
+import random
 import re
 import time
 from collections.abc import Callable
@@ -113,6 +114,19 @@ class Backend(abc.ABC):
     def _clear(self, what: set[str]) -> None: ...  # of sessions, params, workers, metrics, settings
     @abc.abstractmethod
     def _namespaces(self) -> list[str]: ...
+
+    # -- built on them: a backend may do better ----------------------------------------------------
+    def _rows(self, ids: list[int]) -> list[tuple[int, bytes]]:
+        """``(id, record)`` of the stored ones of ``ids``, in order, repeats kept: one fetch."""
+        ids = [int(i) for i in ids]
+        found = self._get(sorted(set(ids))) if ids else {}  # HMGET of no fields: an error
+        return [(i, found[i]) for i in ids if i in found]
+
+    def _sample(self, n: int) -> list[tuple[int, bytes]] | None:
+        """``(id, record)`` of ``n`` ids drawn uniformly from the stored range, the stored ones
+        (None: none are stored), in two reads; Redis does it in one round trip."""
+        lo, hi, _ = self._range()
+        return None if hi < lo else self._rows(random.choices(range(lo, hi + 1), k=n))
 
     def close(self) -> None:  # noqa: B027 (optional: a backend may hold no connection)
         """Release connections."""

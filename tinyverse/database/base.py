@@ -4,7 +4,6 @@ The control plane beside it (settings, counters, workers, metrics): :mod:`.contr
 backend stores them: docs/database.rst."""
 
 import logging
-import random
 from typing import NamedTuple
 
 import numpy as np
@@ -56,26 +55,16 @@ class Database(Snapshots):
         """``n`` sessions drawn uniformly, stacked as by :meth:`get_batch`; fewer when some were
         skipped."""
         rows: list[tuple[int, bytes]] = []
-        for _ in range(10):  # ids evicted or removed between reading range and rows: redrawn
-            lo, hi = self.session_range()
-            if hi < lo or n < 1:
+        for _ in range(10):  # ids evicted or removed meanwhile (none stored: None) are drawn again
+            if len(rows) >= n or (drawn := self._call(self._sample, n - len(rows))) is None:
                 break
-            ids = [random.randint(lo, hi) for _ in range(n - len(rows))]
-            rows += self._call(self._rows, ids)
-            if len(rows) == n:
-                break
+            rows += drawn
         return self._batch(rows)
 
     def get_batch(self, ids: list[int]) -> Arrays:
         """The stored ones of ``ids`` in order (repeats kept), stacked into ``{name: (k, ...)}``
         arrays with ``id``."""
         return self._batch(self._call(self._rows, ids))
-
-    def _rows(self, ids: list[int]) -> list[tuple[int, bytes]]:
-        """``(id, record)`` of the stored ones of ``ids``, in order, repeats kept: one fetch."""
-        ids = [int(i) for i in ids]
-        found = self._get(sorted(set(ids))) if ids else {}  # HMGET of no fields: an error
-        return [(i, found[i]) for i in ids if i in found]
 
     def _batch(self, rows: list[tuple[int, bytes]]) -> Arrays:
         """Decode, skipping sessions of another layout and deleting corrupt ones for good

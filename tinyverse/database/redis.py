@@ -3,6 +3,7 @@
 
 import contextlib
 import itertools
+import random
 import re
 import time
 from urllib.parse import urlsplit
@@ -35,6 +36,7 @@ class RedisDatabase(Database):
         self.reads = self.r if replica is None else redis.Redis.from_url(replica, **opts)
         self.k = {n: f"{prefix}:{n}" for n in ("sessions", "seq", "lo", "meta", "params")}
         self.ring = [self.k["sessions"], self.k["seq"], self.k["lo"], self.k["meta"]]
+        self.seen = (1, 0, 0)  # the stored ids' range the last sample read, and its growth then
         self.scripts = {"add": self.r.register_script(ADD), "clear": self.r.register_script(CLEAR)}
         for client in {self.r, self.reads}:
             self._call(client.ping)  # a wrong URL or password shows now, not at the first write
@@ -80,9 +82,31 @@ class RedisDatabase(Database):
         return self.r.hdel(self.k["sessions"], *ids)
 
     def _range(self):
-        lo, hi = self.r.mget(self.k["lo"], self.k["seq"])
-        hi = number(hi or 0, int, self.k["seq"], self.junk)
-        return number(lo or 1, int, self.k["lo"], self.junk), hi, hi
+        lo, hi = self._bounds(self.r.mget(self.k["lo"], self.k["seq"]))
+        return lo, hi, hi
+
+    def _bounds(self, found: list) -> tuple[int, int]:
+        """The stored ids' range from lo and seq as read; one line if they are junk."""
+        hi = number(found[1] or 0, int, self.k["seq"], self.junk)
+        return number(found[0] or 1, int, self.k["lo"], self.junk), hi
+
+    def _sample(self, n):
+        # One round trip: ids drawn from the range the last call saw, and past its end by twice
+        # what it had grown then (sessions added since), are read along with the range now. Those
+        # outside it are left out (the caller draws them again), so the rest are uniform over it;
+        # if it outgrew what was drawn from, all are: the next call draws from it.
+        lo, hi, grew = self.seen
+        top = max(hi + 2 * grew, lo)  # one id at least: an HMGET of none is an error
+        drawn = random.choices(range(lo, top + 1), k=n)
+        with self.r.pipeline(transaction=False) as p:
+            p.mget(self.k["lo"], self.k["seq"]).hmget(self.k["sessions"], drawn)
+            now, found = p.execute()
+        now_lo, now_hi = self._bounds(now)
+        self.seen = (now_lo, now_hi, now_hi - hi if lo <= hi <= now_hi else 0)
+        if now_hi < now_lo or now_lo < lo or now_hi > top:  # none stored; not all drawn from
+            return None if now_hi < now_lo else []
+        rows = zip(drawn, found, strict=True)
+        return [(i, blob) for i, blob in rows if blob is not None and now_lo <= i <= now_hi]
 
     def _set_meta(self, key, value, if_absent):
         if value is None:
