@@ -13,7 +13,7 @@ import redis
 from conftest import ROOT, free_port, wait_for
 
 from tinyverse.database import connect
-from tinyverse.database.redis import _replica
+from tinyverse.database import split_replica as _replica
 from tinyverse.encoding import encode
 from tinyverse.errors import DatabaseError
 

@@ -10,8 +10,7 @@ import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tinyverse.database import redis as redis_backend
-from tinyverse.database import url_from
+from tinyverse.database import split_replica, url_from
 from tinyverse.errors import SECRET, TinyverseError, masked
 from tinyverse.loader import parse_set, typed
 
@@ -99,7 +98,7 @@ def test_url_parsing_gives_a_url_the_backend_reads_or_one_error(text):
     if not url.startswith("unix://") and index:  # the DB the URL names, not a silent 0 (redis-py reads /1x as 0)
         assert redis.connection.parse_url(url)["db"] == int(index)
     try:
-        for each in filter(None, redis_backend._replica(url)):  # what RedisDatabase does before connecting
+        for each in filter(None, split_replica(url)):  # what RedisDatabase does before connecting
             redis.ConnectionPool.from_url(each).make_connection()
     except TinyverseError:
         pass

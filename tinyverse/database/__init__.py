@@ -123,3 +123,19 @@ def _problem(parts) -> str | None:
         if name.endswith("_timeout") and not seconds:
             return f"{name}={value!r}: want seconds, more than 0"
     return None
+
+
+def split_replica(url: str) -> tuple[str, str | None]:
+    """The URL without its ``replica=HOST:PORT`` query item, and that URL pointed at the replica
+    (None: none named)."""
+    parts = urlsplit(url)
+    items = [q for q in parts.query.split("&") if q]
+    named = [q.removeprefix("replica=") for q in items if q.startswith("replica=")]
+    if not named:
+        return url, None
+    if not re.fullmatch(r"[^:/@]+:\d+", named[-1]):
+        raise DatabaseError(f"bad replica={named[-1]!r} in the Redis URL: use ?replica=HOST:PORT")
+    primary = parts._replace(query="&".join(q for q in items if not q.startswith("replica=")))
+    auth = parts.netloc.rpartition("@")[0]
+    replica = primary._replace(netloc=f"{auth}@{named[-1]}" if auth else named[-1])
+    return primary.geturl(), replica.geturl()

@@ -6,11 +6,11 @@ import itertools
 import random
 import re
 import time
-from urllib.parse import urlsplit
 
 import redis
 
 from ..errors import DatabaseError
+from . import split_replica
 from .base import Database
 from .lua import ADD, CLEAR
 from .records import number
@@ -26,11 +26,10 @@ class RedisDatabase(Database):
 
     def __init__(self, url: str, prefix: str = "tinyverse", retry_for: float | None = None):
         super().__init__(url, prefix, retry_for)
-        url, replica = _replica(url)
+        url, replica = split_replica(url)
         timeout = ANSWER_WAIT if retry_for is None else max(1.0, min(retry_for, 5.0))  # tools: soon
-        once = redis.retry.Retry(redis.backoff.NoBackoff(), 0)  # _call alone retries, and says so
         opts = dict(socket_timeout=timeout, socket_connect_timeout=5, health_check_interval=10)
-        opts["retry"] = once
+        opts["retry"] = redis.retry.Retry(redis.backoff.NoBackoff(), 0)  # _call alone retries
         self.r = redis.Redis.from_url(url, **opts)
         # params reads (every player's: the hub's biggest load) from a replica if the URL names one
         self.reads = self.r if replica is None else redis.Redis.from_url(replica, **opts)
@@ -91,10 +90,7 @@ class RedisDatabase(Database):
         return number(found[0] or 1, int, self.k["lo"], self.junk), hi
 
     def _sample(self, n):
-        # One round trip: ids drawn from the range the last call saw, and past its end by twice
-        # what it had grown then (sessions added since), are read along with the range now. Those
-        # outside it are left out (the caller draws them again), so the rest are uniform over it;
-        # if it outgrew what was drawn from, all are: the next call draws from it.
+        # one round trip, uniform over the ids stored now (how: docs/database.rst, Redis)
         lo, hi, grew = self.seen
         top = max(hi + 2 * grew, lo)  # one id at least: an HMGET of none is an error
         drawn = random.choices(range(lo, top + 1), k=n)
@@ -201,19 +197,3 @@ class RedisDatabase(Database):
     def close(self):
         for client in {self.r, self.reads}:
             client.close()
-
-
-def _replica(url: str) -> tuple[str, str | None]:
-    """The URL without its ``replica=HOST:PORT`` query item, and that URL pointed at the replica
-    (None: none named)."""
-    parts = urlsplit(url)
-    items = [q for q in parts.query.split("&") if q]
-    named = [q.removeprefix("replica=") for q in items if q.startswith("replica=")]
-    if not named:
-        return url, None
-    if not re.fullmatch(r"[^:/@]+:\d+", named[-1]):
-        raise DatabaseError(f"bad replica={named[-1]!r} in the Redis URL: use ?replica=HOST:PORT")
-    primary = parts._replace(query="&".join(q for q in items if not q.startswith("replica=")))
-    auth = parts.netloc.rpartition("@")[0]
-    replica = primary._replace(netloc=f"{auth}@{named[-1]}" if auth else named[-1])
-    return primary.geturl(), replica.geturl()
