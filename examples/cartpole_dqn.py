@@ -35,6 +35,7 @@ torch.set_num_threads(1)  # players and trainers share the cores: torch's defaul
 
 @dataclass
 class Args:
+    TUNABLE = ("learning_rate", "lr_end", "lr_updates", "tau", "eps_start", "eps_updates")  # tune --set: read each step
     env_id: str = "CartPole-v1"
     """the Gymnasium environment"""
     hidden: int = 64

@@ -34,6 +34,7 @@ from tinyverse import explore, nstep_transitions
 
 @dataclass
 class Args:
+    TUNABLE = ("learning_rate", "max_grad_norm", "target_every", "eps_start", "exploration_steps", "per_beta")  # tune
     env_id: str = "CartPole-v1"
     """the Gymnasium environment; it picks the preset of the options left unset (None)"""
     hidden: int = 256
@@ -369,6 +370,8 @@ class DQN(tinyverse.Experiment):
         per_session = F.smooth_l1_loss(q, target, reduction="none").view(B, T).mean(1)
         weights = torch.as_tensor(batch["is_weight"]) if "is_weight" in batch else torch.ones(B)
         loss = (weights * per_session).mean()
+        for group in self.optimizer.param_groups:  # tunable: a tune --set reaches the next step
+            group["lr"] = a.learning_rate
         self.optimizer.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(self.q.parameters(), a.max_grad_norm)

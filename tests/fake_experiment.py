@@ -22,6 +22,8 @@ from tinyverse import Experiment
 
 @dataclasses.dataclass
 class Args:
+    TUNABLE = ("epsilon",)  # a --set on a running prefix changes it, running workers adopt it
+
     session_length: int = 8
     """ticks per session"""
     max_steps: int | None = None
@@ -44,6 +46,8 @@ class Args:
     """env steps either side may run ahead of the pace"""
     outputs: bool = False
     """act also returns per-tick outputs: the sum of each observation, and the action twice"""
+    report_epsilon: bool = False
+    """session_info reports the options' epsilon as it is now (tuned options reach players)"""
 
 
 class LoggedEnv(gym.Wrapper):
@@ -83,6 +87,7 @@ class FakeExperiment(Experiment):
         learning_starts=0,
         pace_slack=1000,
         outputs=False,
+        report_epsilon=False,  # session_info reads it from the options (option_args): tuned in place
         on_round=None,
         on_train=None,
     ):
@@ -150,7 +155,8 @@ class FakeExperiment(Experiment):
         self.rounds += 1
         if self.on_round is not None:
             self.on_round(self.rounds)
-        return {}
+        args = self.option_args  # set by the loader; tuned in place
+        return {"epsilon": args.epsilon} if args is not None and args.report_epsilon else {}
 
 
 def make_experiment(db, args: Args):

@@ -486,11 +486,11 @@ def test_set_reaches_the_experiment_and_later_workers_adopt_the_stored_options(t
     info = cli(EXP, "info", cwd=tmp_path).stdout
     assert "session_length=5" in info and "epsilon=0.5" in info
 
-    conflict = cli(EXP, "train", "-n", 1, cwd=tmp_path, check=False, epsilon=0.2, session_length=5)
+    conflict = cli(EXP, "train", "-n", 1, cwd=tmp_path, check=False, w_rows=5, session_length=5)  # w_rows: structural
     assert conflict.returncode == 1
     line = one_error_line(conflict)
-    assert "epsilon=0.2" in line and "epsilon=0.5" in line and "session_length" not in line
-    assert db.setting("options")["epsilon"] == 0.5
+    assert "w_rows=5" in line and "w_rows=4" in line and "session_length" not in line
+    assert db.setting("options")["w_rows"] == 4
 
 
 OPTION_ERRORS = {

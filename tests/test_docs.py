@@ -53,7 +53,7 @@ def test_the_cli_reference_has_every_mode_and_every_flag_of_the_parser():
     cliref, parser = load_cliref(), build_parser()
     text = "\n".join(cliref.reference(parser))
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    assert list(sub.choices) == ["play", "train", "run", "eval", "clear", "info", "plot", "export", "import"]
+    assert list(sub.choices) == ["play", "train", "run", "eval", "clear", "info", "plot", "export", "import", "tune"]
     sections = re.split(r"^(\w+)\n-+\n", text, flags=re.M)  # [preamble, name, body, name, body, ...]
     bodies = dict(zip(sections[1::2], sections[2::2], strict=True))
     assert list(bodies) == list(sub.choices)

@@ -137,7 +137,7 @@ def test_info_names_the_database_when_trainers_wait_for_batches(db):
 def test_import_help_lists_the_options_of_the_experiment(tmp_path):
     out = run_cli(FAKE, "import", "--help", cwd=tmp_path).stdout
     assert f"options of {FAKE} (--set NAME=VALUE):" in out and "required" not in out, out
-    assert out.rstrip().splitlines()[-1].startswith("  outputs=False (bool)")
+    assert out.rstrip().splitlines()[-1].startswith("  report_epsilon=False (bool)")
     missing = run_cli(FAKE, "import", cwd=tmp_path, check=False)  # without --help the file is still required
     assert missing.returncode == 1 and "the following arguments are required: file" in missing.stderr
 

@@ -3,15 +3,16 @@
 import dataclasses
 import sqlite3
 import textwrap
+import time
 
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, run_cli, spawn
 
 from tinyverse.database import connect
 from tinyverse.errors import ExperimentError
 from tinyverse.loader import import_file
 from tinyverse.ops.monitor import describe
-from tinyverse.options import resolve, store
+from tinyverse.options import adopt, resolve, store
 
 FAKE = ROOT / "tests" / "fake_experiment.py"
 
@@ -250,3 +251,42 @@ def test_a_player_refuses_mistyped_stored_options_in_one_line(tmp_path):
     run_cli(FAKE, "clear", "--all", "--db", url, "--prefix", "typed")
     run_cli(FAKE, "play", "-n", "1", "-q", "--db", url, "--prefix", "typed")
     assert db.setting("options")["session_length"] == 8
+
+
+def test_a_tuned_option_reaches_a_running_player_and_a_structural_one_is_still_refused(db_url, prefix, tmp_path):
+    where = ("--db", db_url, "--prefix", prefix)
+    player = spawn(FAKE, "play", *where, "--set", "report_epsilon=true", cwd=tmp_path)
+    db = connect(db_url, prefix, retry_for=5)
+    deadline = time.monotonic() + 60
+    while db.count_sessions().added == 0:
+        assert player.running() and time.monotonic() < deadline
+        time.sleep(0.1)
+    assert db.sample_batch(4)["info.epsilon"].tolist() == [0.1] * 4
+    run_cli(FAKE, "tune", *where, "--set", "epsilon=0.5")  # tunable: stored, nothing cleared, no session played
+    added = db.count_sessions().added
+    while 0.5 not in db.sample_batch(8)["info.epsilon"].tolist():  # the running player adopted it
+        assert player.running() and time.monotonic() < deadline + 60
+        time.sleep(0.1)
+    assert db.setting("options")["epsilon"] == 0.5 and db.count_sessions().added >= added
+    line = error_line(run_cli(FAKE, "tune", *where, "--set", "w_rows=5", check=False))
+    assert "option w_rows=5 conflicts with w_rows=4" in line
+    info = run_cli(FAKE, "info", *where).stdout
+    assert "tuned     'epsilon': 0.1 -> 0.5 at update 0, 20" in info
+    assert player.stop() == 0
+    line = error_line(run_cli(FAKE, "tune", "--db", db_url, "--prefix", "norun", "--set", "epsilon=1", check=False))
+    assert "tune needs --set NAME=VALUE and a run in prefix norun" in line
+    db.close()
+
+
+def test_a_hostile_stored_change_is_ignored_with_a_warning(db, caplog):
+    args = import_file(str(FAKE)).Args()
+    db.claim("options", dataclasses.asdict(args))
+    assert adopt(args, db, 0) == 0  # no change stored: one read
+    db.put("options", {**dataclasses.asdict(args), "epsilon": "0.9; rm -rf /", "w_rows": 9})
+    db.add_to_counter("tunes", 1)
+    assert adopt(args, db, 0) == 1
+    assert args.epsilon == 0.1 and args.w_rows == 4, "junk ignored; a structural option never changes"
+    assert "ignored the stored option epsilon='0.9; rm -rf /', not float" in caplog.text
+    db.put("options", {**dataclasses.asdict(args), "epsilon": 0.25})
+    db.add_to_counter("tunes", 1)
+    assert adopt(args, db, 1) == 2 and args.epsilon == 0.25

@@ -56,10 +56,20 @@ def mode_eval(args):
     evaluate(exp, None, args.episodes, record, args.seed, version=version)
 
 
+def mode_tune(args):
+    """Change tunable options (--set) of a running prefix: stored with the update they changed at,
+    adopted by its workers at their next heartbeat; nothing is cleared."""
+    db = connect(args.url, args.prefix, TOOL_WAIT, create=False)
+    if not args.options or db.setting("options") is None:
+        need = f"tune needs --set NAME=VALUE and a run in prefix {args.prefix}"
+        raise TinyverseError(f"{need}: start one with {command('play', args.prefix)}")
+    load_experiment(args.experiment, db, args.options)  # a structural option: refused
+
+
 MODES = {"play": mode_play, "train": mode_train, "run": launcher.mode_run, "eval": mode_eval}
 MODES |= {"clear": stop.mode_clear, "info": monitor.mode_info, "plot": plot.mode_plot}
-MODES |= {"export": export.mode_export, "import": export.mode_import}
-NEEDS_EXPERIMENT = {"play", "train", "run", "eval", "export", "import"}
+MODES |= {"export": export.mode_export, "import": export.mode_import, "tune": mode_tune}
+NEEDS_EXPERIMENT = {"play", "train", "run", "eval", "export", "import", "tune"}
 RAW = argparse.RawDescriptionHelpFormatter
 
 

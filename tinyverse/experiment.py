@@ -60,6 +60,7 @@ class Experiment(abc.ABC):
     pace_slack: int = 1000  #: env steps either side may run ahead of the pace before it waits
     options: dict | None = None  #: the resolved options (``dataclasses.asdict``), set by the loader
     option_defaults: dict | None = None  #: the defaults of the experiment file's options dataclass
+    option_args: object = None  #: the options dataclass make_experiment got (tuned in place)
     update_count: int = 0  #: the run's updates (of ``train_batch_size`` sessions), all trainers'
 
     def __init__(self, db=None):

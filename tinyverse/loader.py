@@ -51,6 +51,7 @@ def load_experiment(path: str, db=None, options: dict[str, str] | None = None) -
         raise ExperimentError(f"{returned}, not a tinyverse.Experiment")
     exp.options = None if args is None else dataclasses.asdict(args)
     exp.option_defaults = defaults
+    exp.option_args = args  # tuned in place by the workers
     declared.check(exp)  # before a worker stores the options that set them
     return exp
 

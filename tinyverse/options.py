@@ -1,13 +1,15 @@
 """The run's options: the first worker stores them, later ones adopt them, a conflicting ``--set``
-is refused."""
+is refused unless the option is tunable (in the dataclass's ``TUNABLE``): then it is stored, with
+the update it changed at, and running workers adopt it at their next heartbeat."""
 
 import dataclasses
 import logging
+import time
 import types
 import typing
 
 from .database import Database
-from .errors import ExperimentError, command
+from .errors import ExperimentError, TinyverseError, command
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +34,10 @@ def resolve(kind: type, path: str, db: Database | None, chosen: dict):
         defaults = {} if required else dataclasses.asdict(kind())
     except Exception as e:  # a check of the options' own (__post_init__)
         raise ExperimentError(f"options of {path}: {type(e).__name__}: {e}") from None
+    tunable = getattr(kind, "TUNABLE", ())
+    changed = {k: getattr(args, k) for k in chosen if k in stored and stored[k] != getattr(args, k)}
     for key, value in chosen.items():  # compared as resolved: "none" may stand for a preset's value
-        if key in stored and stored[key] != getattr(args, key):
+        if key in changed and key not in tunable:
             raise ExperimentError(
                 f"option {key}={value!r} conflicts with {key}={stored[key]!r}, stored in prefix "
                 f"{prefix} by the run's first worker: drop --set {key}, {afresh}"
@@ -46,7 +50,42 @@ def resolve(kind: type, path: str, db: Database | None, chosen: dict):
     if edited:
         said = "%s's defaults changed since the run began; the stored ones are used (%s)"
         log.warning(said, path, "; ".join(edited))
+    if changed:
+        _tune(db, stored, changed)
     return args, defaults
+
+
+def _tune(db, stored: dict, changed: dict) -> None:
+    """Store the tunable options ``changed`` in the running prefix, and when they changed."""
+    at = {"update": db.counter("updates"), "time": time.time()}
+    history = db.setting("tuned") or []
+    history += [{"option": k, "old": stored[k], "new": v, **at} for k, v in changed.items()]
+    db.put("options", {**stored, **changed})  # before the count the workers watch
+    db.put("tuned", history)
+    db.add_to_counter("tunes", 1)
+    said = ", ".join(f"{k}={v!r}" for k, v in changed.items())
+    log.warning("tuned %s in prefix %s at update %d", said, db.prefix, at["update"])
+
+
+def adopt(args, db, seen: int) -> int:
+    """Set ``args``'s tunable options to the stored ones if the count of changes is not ``seen``
+    (one read if it is); the count. A stored value of the wrong type is said and ignored."""
+    try:
+        if args is None or (count := db.counter("tunes")) == seen:
+            return seen
+        stored = db.setting("options") or {}
+    except TinyverseError as e:
+        log.warning("tuned options not read: %s", e)
+        return seen
+    for key in getattr(type(args), "TUNABLE", ()):
+        if key not in stored or stored[key] == getattr(args, key):
+            continue
+        if wrong := _mistyped(type(args), key, stored[key]):
+            log.warning("ignored the stored option %s (the database's is junk)", wrong)
+        else:
+            log.info("option %s: %r -> %r (tuned)", key, getattr(args, key), stored[key])
+            setattr(args, key, stored[key])
+    return count
 
 
 def store(exp, db) -> None:
@@ -62,6 +101,18 @@ def store(exp, db) -> None:
             f"meanwhile, this one has {exp.options[key]!r}: start this worker again to adopt the "
             "stored options"
         )
+
+
+def history(db) -> list[str]:
+    """The tuned changes stored in ``db``, a line each (read back untrusted: shown as reprs)."""
+    lines = []
+    for c in db.setting("tuned") or []:
+        c = c if isinstance(c, dict) else {}
+        at = c.get("time") if type(c.get("time")) in (int, float) else 0
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
+        change = f"{c.get('old')!r:.40} -> {c.get('new')!r:.40}"
+        lines.append(f"{c.get('option')!r:.40}: {change} at update {c.get('update')!r:.20}, {when}")
+    return lines
 
 
 def _mistyped(kind: type, key: str, value) -> str | None:

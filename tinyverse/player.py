@@ -51,7 +51,7 @@ class Player:
         self.B = batch_size
         self.sync_every = sync_every
         self.pace = Pace(exp, db)
-        self.worker = Worker(db, "player")
+        self.worker = Worker(db, "player", exp.option_args)
         self.worker.info["pace"] = self.pace.spec
         self.say = Every(report_every)  # the log
         self.envs = []  # made by start()

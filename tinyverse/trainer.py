@@ -59,7 +59,7 @@ class Trainer:
         self.pace = Pace(exp, db)
         store(exp, db)  # the run's options, at its first write
         self.publisher = Publisher(exp, db, sync, exp.local_params)
-        self.worker = Worker(db, "trainer")
+        self.worker = Worker(db, "trainer", exp.option_args)
         self.worker.info |= {"pace": self.pace.spec, "updates": 0}
         self.worker.info["version"] = self.publisher.version
         self.report_every = report_every

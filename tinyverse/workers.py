@@ -16,6 +16,7 @@ import psutil
 
 from . import identity
 from .every import Every
+from .options import adopt
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +56,10 @@ class Worker(StopFlag):
     """A player or trainer: heartbeats with counters. As a context: registered at once, stopped
     warmly, then removed."""
 
-    def __init__(self, db, role: str):
+    def __init__(self, db, role: str, args=None):
         super().__init__()
+        self.args = args  # the options dataclass: its tunable fields follow the stored ones
+        self.tunes = 0  # the count of tuned changes adopted
         me = psutil.Process()
         host = socket.gethostname()
         self.db = db
@@ -93,6 +96,7 @@ class Worker(StopFlag):
             log.warning("the run that started this worker is gone: stopping")
         else:
             self.db.heartbeat(self.id, {**self.info, "time": time.time()}, HEARTBEAT_TTL)
+            self.tunes = adopt(self.args, self.db, self.tunes)
             return False
         self.stop = True
         return True

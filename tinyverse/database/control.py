@@ -28,6 +28,11 @@ class Control(Backend):
         self._call(self._set_meta, key, json.dumps(value), True)
         return self.setting(key)
 
+    def put(self, key: str, value: Any) -> None:
+        """Store ``value`` (as JSON) under ``key``, over any stored one (a tuned option)."""
+        value = checked(key, value, f"setting {key!r} to store")
+        self._call(self._set_meta, key, json.dumps(value), False)
+
     def setting(self, key: str) -> Any:
         """The JSON value :meth:`claim` stored under ``key``, or None; one line if it is junk."""
         what = f"setting {key!r} of prefix {self.prefix}"

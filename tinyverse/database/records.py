@@ -12,7 +12,7 @@ from ..errors import DatabaseError
 MAX_JSON = 2**20  # characters of a JSON text read back (a setting, heartbeat, metric): more is junk
 # what tinyverse stores under these settings (any other value is refused); other keys: any JSON
 KINDS = {"capacity": int, "updates": int, "corrupt": int, "options": dict, "defaults": dict}
-KINDS |= {"layout": list}
+KINDS |= {"layout": list, "tunes": int, "tuned": list}
 NUMBER = (int, float)
 NONE = type(None)
 

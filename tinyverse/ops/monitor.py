@@ -10,6 +10,7 @@ from .. import readable
 from ..database import TOOL_WAIT, Database, connect, masked
 from ..errors import TinyverseError, command, typed
 from ..loader import dataclass_of, import_file
+from ..options import history
 from .bottleneck import bottleneck
 
 
@@ -112,6 +113,7 @@ def info_text(db: Database, last: int = 100) -> str:
     if options := db.setting("options"):
         shown = [f"{k}={v}" for k, v in options.items()]  # quoted if a terminal would obey it
         lines.append("  options   " + ", ".join(s if s.isprintable() else repr(s) for s in shown))
+    lines += [f"  tuned     {line}" for line in history(db)]
     if not (added or saved or workers):
         return "\n".join(lines + [f"  empty: start a player with {command('play', db.prefix)}"])
     corrupt = f", {n:,} corrupt removed" if (n := db.counter("corrupt")) else ""
