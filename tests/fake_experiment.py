@@ -67,6 +67,8 @@ class LoggedEnv(gym.Wrapper):
 class FakeExperiment(Experiment):
     play_batch_size = 2
     train_batch_size = 4
+    keep_last = 0  # no version snapshots: the tests that count snapshots; test_retention.py sets them
+    keep_every = 0
 
     def __init__(
         self,
