@@ -56,7 +56,7 @@ class Snapshots(Control):
     def retain(self, params: dict, version: int, last: int, every: int) -> None:
         """Keep ``params`` as snapshot ``vN`` (N: ``version``) if it is among the ``last`` newest or
         a multiple of ``every`` (0: not kept so), then delete the ``vN`` ones neither keeps now: at
-        most :data:`RETAINED`, the oldest multiples first; other names are never deleted."""
+        most ``RETAINED`` (50), the oldest multiples first; other names are never deleted."""
         if not last and not (every and version % every == 0):
             return
         self.save_snapshot(f"v{version}", params, version)  # first: a kill loses no kept one
