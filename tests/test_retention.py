@@ -3,10 +3,12 @@
 the same set; players draw an opponent from the kept versions."""
 
 import random
+import signal
+import time
 
 import numpy as np
 import pytest
-from conftest import in_thread, joined
+from conftest import ROOT, in_thread, joined, run_cli, spawn, wait_for
 from fake_experiment import FakeExperiment
 
 from tinyverse import declared
@@ -27,10 +29,7 @@ def wanted(latest: int, last: int, every: int, first: int = 2) -> list[int]:
 
 
 def retaining(db, last: int, every: int) -> FakeExperiment:
-    exp = FakeExperiment(db)
-    exp.keep_last = last
-    exp.keep_every = every
-    return exp
+    return FakeExperiment(db, keep_last=last, keep_every=every)
 
 
 def test_a_trainer_keeps_the_last_k_and_every_mth_version_and_no_named_snapshot_is_touched(db):
@@ -77,6 +76,26 @@ def test_two_trainers_publishing_at_once_keep_the_same_bounded_set(db, db_url, p
     assert latest == 31, "each of the 30 publications landed"
     assert kept(db) == wanted(latest, 3, 5), "the set retention keeps, whichever trainer pruned last"
     assert max(peak) <= len(wanted(latest, 3, 5)) + 2, "over the bound by at most one a trainer, briefly"
+
+
+def test_a_trainer_killed_at_any_moment_loses_no_kept_snapshot_and_the_next_one_prunes_what_it_left(
+    db, db_url, prefix, tmp_path
+):
+    fake = ROOT / "tests" / "fake_experiment.py"
+    settings = ["--set", "keep_last=2", "--set", "keep_every=3", "--set", "train_sleep=0.002"]
+    where = ["--db", db_url, "--prefix", prefix, *settings]
+    run_cli(fake, "play", "-n", "2", "-q", *where)
+    trainer = spawn(fake, "train", "-s", "1", *where, cwd=tmp_path)
+    wait_for(lambda: trainer.running() and (db.params_version() or 0) >= 20, message="20 publications")
+    time.sleep(random.random() * 0.05)
+    trainer.stop(sig=signal.SIGKILL)  # mid-publication, or mid-retain, as likely as not
+    latest = db.params_version()
+    held = set(kept(db))
+    assert set(wanted(latest, 2, 3)) - {latest} <= held <= set(wanted(latest - 1, 2, 3)) | {latest}, (latest, held)
+    for v in held:  # each whole: no torn record
+        assert db.load_params(f"v{v}")[1]["updates"][0] == v - 1
+    run_cli(fake, "train", "-n", "2", "-s", "1", "-q", *where)
+    assert kept(db) == wanted(latest + 2, 2, 3), "the next trainer's publications prune what the kill left"
 
 
 def test_a_draw_is_the_latest_or_uniform_over_the_kept_versions(db):
