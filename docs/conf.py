@@ -21,7 +21,7 @@ exclude_patterns = ["_build"]
 # every internal reference must resolve (sphinx-build -n); third-party classes in signatures have no
 # pages here (intersphinx would need the network, which CI does not have)
 nitpicky = True
-nitpick_ignore_regex = [("py:class", r"(numpy|np|gymnasium|redis|collections\.abc)\..+")]
+nitpick_ignore_regex = [("py:class", r"(numpy|np|gymnasium|redis|random|collections\.abc)\..+")]
 
 # links out are not checked (no network in CI); links between pages and to files are
 linkcheck_ignore = [r"https?://.*"]

@@ -44,6 +44,10 @@ class Args:
     """env steps played before the first update"""
     pace_slack: int = 1000
     """env steps either side may run ahead of the pace"""
+    keep_last: int = 0
+    """newest params versions trainers keep by name (0: none, for the tests that count what is kept)"""
+    keep_every: int = 0
+    """and of every version that is a multiple of this (0: none)"""
     outputs: bool = False
     """act also returns per-tick outputs: the sum of each observation, and the action twice"""
     report_epsilon: bool = False
@@ -87,6 +91,8 @@ class FakeExperiment(Experiment):
         learning_starts=0,
         pace_slack=1000,
         outputs=False,
+        keep_last=0,
+        keep_every=0,
         report_epsilon=False,  # session_info reads it from the options (option_args): tuned in place
         on_round=None,
         on_train=None,
@@ -95,6 +101,7 @@ class FakeExperiment(Experiment):
         self.updates_per_step, self.learning_starts, self.pace_slack = updates_per_step, learning_starts, pace_slack
         self.session_length, self.max_steps, self.epsilon = session_length, max_steps, epsilon
         self.outputs = outputs
+        self.keep_last, self.keep_every = keep_last, keep_every
         self.train_sleep, self.progress, self.fail_at = train_sleep, progress, fail_at
         self.on_round, self.on_train = on_round, on_train  # in-process hooks for tests
         self.rng = np.random.default_rng()

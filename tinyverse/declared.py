@@ -31,6 +31,8 @@ SETTINGS = {  # what the loops need of each setting, in words and as a test
     "buffer_size": ("None or a whole number >= 1", lambda v: v is None or _whole(v, 1)),
     "prefetch": ("a whole number >= 0", lambda v: _whole(v, 0)),
     "save_every": ("a whole number >= 1", lambda v: _whole(v, 1)),
+    "keep_last": ("a whole number from 0 to 50", lambda v: _whole(v, 0, 50)),
+    "keep_every": ("a whole number >= 0", lambda v: _whole(v, 0)),
     "batch_per_player": ("True or False", lambda v: isinstance(v, bool)),
     "local_params": ("a tuple of globs", _globs),
     "updates_per_step": ("None or a number > 0", _rate),

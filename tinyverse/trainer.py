@@ -6,7 +6,7 @@ import time
 
 from . import checks, declared
 from .database import Database
-from .errors import command
+from .errors import DatabaseError, command
 from .every import Every
 from .experiment import Experiment
 from .options import store
@@ -118,6 +118,11 @@ class Trainer:
         if self.saved < self.done:
             self.saved = self.done
             version = self.publisher.push()
+            try:  # snapshots vN of the last versions and every keep_every-th
+                keep = (self.exp.keep_last, self.exp.keep_every)
+                self.db.retain(self.publisher.stored, version, *keep)
+            except DatabaseError as e:  # full of named snapshots: training goes on
+                log.warning("params v%d not kept as a snapshot: %s", version, e)
             pushes = {"pushes": self.publisher.pushes, "conflicts": self.publisher.conflicts}
             self.worker.info |= {"version": version, **pushes}
 

@@ -1,8 +1,10 @@
 """Named params snapshots, kept apart from the rolling params: those run's verdict judged
 (:data:`VERDICT`), versions kept for later (a league's opponents). Saved, listed, loaded by name or
-by version, deleted; at most :data:`MAX_SNAPSHOTS` a prefix, each a record read as params are."""
+by version, deleted; at most :data:`MAX_SNAPSHOTS` a prefix, each a record read as params are. A
+trainer keeps versions as it publishes (``retain``); a player draws one (``draw_params``)."""
 
 import contextlib
+import random
 import re
 from typing import NamedTuple
 
@@ -14,6 +16,7 @@ from .records import number
 MAX_SNAPSHOTS = 100  # names kept under a prefix, each a whole copy of the params
 VERDICT = "passed"  # the params that reached run's target, as its final eval and export take them
 LATEST = "latest"  # no snapshot's name: the rolling params
+RETAINED = MAX_SNAPSHOTS // 2  # versions retain keeps at most: room for named ones beside
 NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
@@ -49,6 +52,32 @@ class Snapshots(Control):
                     kept.append(Snapshot(name, *self._saved(version, saved, name)))
         self._skipped(len(found) - len(kept), "snapshots", command("clear --del-params"))
         return sorted(kept, key=lambda s: (s.version, s.time))
+
+    def retain(self, params: dict, version: int, last: int, every: int) -> None:
+        """Keep ``params`` as snapshot ``vN`` (N: ``version``) if it is among the ``last`` newest or
+        a multiple of ``every`` (0: not kept so), then delete the ``vN`` ones neither keeps now: at
+        most ``RETAINED`` (50), the oldest multiples first; other names are never deleted."""
+        if not last and not (every and version % every == 0):
+            return
+        self.save_snapshot(f"v{version}", params, version)  # first: a kill loses no kept one
+        held = sorted({s.version for s in self.snapshots() if s.name == f"v{s.version}"})
+        keep = set(held[-last:] if last else []) | {v for v in held if every and v % every == 0}
+        for v in set(held) - set(sorted(keep)[-RETAINED:]):
+            self.delete_snapshot(f"v{v}")  # one another trainer deleted first: no harm
+
+    def draw_params(self, pick: str = "uniform", rng: random.Random | None = None) -> tuple | None:
+        """(version, params) of an opponent: the rolling params (``latest``), or ``uniform`` over
+        the versions kept (the ``vN`` snapshots); None if there are none."""
+        if pick == LATEST:
+            return self.load_params()
+        if pick != "uniform":
+            raise ValueError(f"pick {pick!r:.40} is neither 'latest' nor 'uniform'")
+        names = [s.name for s in self.snapshots() if s.name == f"v{s.version}"]
+        (rng or random).shuffle(names)
+        for name in names:  # one deleted since the list (a trainer's retain): the next
+            if (found := self.load_params(name)) is not None:
+                return found
+        return None
 
     def delete_snapshot(self, name: str) -> bool:
         """Delete a snapshot; whether it was there."""
