@@ -101,7 +101,8 @@ class FakeExperiment(Experiment):
         self.updates_per_step, self.learning_starts, self.pace_slack = updates_per_step, learning_starts, pace_slack
         self.session_length, self.max_steps, self.epsilon = session_length, max_steps, epsilon
         self.outputs = outputs
-        self.keep_last, self.keep_every = keep_last, keep_every
+        self.keep_last = keep_last
+        self.keep_every = keep_every
         self.train_sleep, self.progress, self.fail_at = train_sleep, progress, fail_at
         self.on_round, self.on_train = on_round, on_train  # in-process hooks for tests
         self.rng = np.random.default_rng()

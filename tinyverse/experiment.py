@@ -54,7 +54,7 @@ class Experiment(abc.ABC):
     batch_per_player: bool = False  #: ``train -b`` is per live player: more players, larger updates
     prefetch: int = 2  #: batches sampled ahead in a background thread (0: in the training thread)
     save_every: int = 100  #: default of ``train -s``: updates between publications of params
-    keep_last: int = 3  #: snapshots ``vN`` trainers keep of the newest params versions (0: none)
+    keep_last: int = 0  #: snapshots ``vN`` trainers keep of the newest versions (a league: 3)
     keep_every: int = 100  #: and of every version that is a multiple of this (0: none)
     local_params: tuple[str, ...] = ()  #: params (globs) each trainer keeps, e.g. a target network
     updates_per_step: float | None = None  #: the pace: updates an env step (None: no pace)

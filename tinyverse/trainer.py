@@ -119,8 +119,8 @@ class Trainer:
             self.saved = self.done
             version = self.publisher.push()
             try:  # snapshots vN of the last versions and every keep_every-th
-                keep = (self.exp.keep_last, self.exp.keep_every)
-                self.db.retain(self.publisher.stored, version, *keep)
+                last = self.exp.keep_last
+                self.db.retain(self.publisher.stored, version, last, self.exp.keep_every)
             except DatabaseError as e:  # full of named snapshots: training goes on
                 log.warning("params v%d not kept as a snapshot: %s", version, e)
             pushes = {"pushes": self.publisher.pushes, "conflicts": self.publisher.conflicts}
