@@ -93,7 +93,7 @@ class FakeExperiment(Experiment):
         outputs=False,
         keep_last=0,
         keep_every=0,
-        report_epsilon=False,  # session_info reads it from the options (option_args): tuned in place
+        report_epsilon=False,  # session_info reads it from the options (run.args): tuned in place
         on_round=None,
         on_train=None,
     ):
@@ -163,7 +163,7 @@ class FakeExperiment(Experiment):
         self.rounds += 1
         if self.on_round is not None:
             self.on_round(self.rounds)
-        args = self.option_args  # set by the loader; tuned in place
+        args = self.run.args  # the options, tuned in place
         return {"epsilon": args.epsilon} if args is not None and args.report_epsilon else {}
 
 

@@ -58,7 +58,7 @@ def test_every_worker_of_a_run_may_repeat_its_noise_option(tmp_path):
     for _ in range(2):  # the trainer stores the options (at its first write), the player (same --set) agrees
         exp = load_experiment(str(FILE), db, {"algo": "ddpg", "noise": "none"})
         assert exp.args.noise == "none"
-        store(exp, db)
+        store(exp.run, db)
     with pytest.raises(tinyverse.TinyverseError, match="conflicts"):
         load_experiment(str(FILE), db, {"algo": "td3"})
     db.close()

@@ -17,5 +17,6 @@ def test_the_rest_has_working_defaults():
     assert exp.initial_memory(3) == {}
     assert exp.session_info() == {}
     assert exp.prepare_training() is None
-    assert isinstance(exp.session_length, int) and exp.session_length > 0
-    assert exp.update_count == 0 and exp.options is None
+    assert isinstance(exp.run.settings.session_length, int) and exp.run.settings.session_length > 0
+    assert exp.run.updates == 0 and exp.run.options is None
+    assert exp.update_count == 0  # an older file's name of run.updates

@@ -162,7 +162,7 @@ def test_a_failed_import_leaves_no_module_behind(tmp_path):
 @pytest.mark.parametrize("source", ["x = 1\n", "make_experiment = 5\n", "def make_Experiment(db): pass\n"])
 def test_missing_make_experiment(tmp_path, source):
     message = load_error(write(tmp_path, source))
-    assert "make_experiment(db)" in message and "tinyverse.Experiment" in message
+    assert "make_experiment(args)" in message and "tinyverse.Experiment" in message
 
 
 @pytest.mark.parametrize(
@@ -258,7 +258,7 @@ def test_the_first_worker_stores_its_options_and_later_ones_adopt_them(options_f
     first = load_experiment(str(options_file), db, {"session_length": "5", "name": "a=b"})
     assert first.session_length == 5 and first.args.name == "a=b"
     assert db.setting("options") is None, "stored at the first write, not at load"
-    store(first, db)  # what a player does before its first session
+    store(first.run, db)  # what a player does before its first session
     assert db.setting("options") == {
         "session_length": 5,
         "epsilon": 0.1,
@@ -281,7 +281,7 @@ def test_the_first_worker_stores_its_options_and_later_ones_adopt_them(options_f
 
 
 def test_a_given_none_that_resolves_to_the_stored_preset_agrees(options_file, db):
-    store(load_experiment(str(options_file), db, {"lr": "none"}), db)  # stored as resolved: the preset's 0.5
+    store(load_experiment(str(options_file), db, {"lr": "none"}).run, db)  # stored as resolved: the preset's 0.5
     assert db.setting("options")["lr"] == 0.5
     assert load_experiment(str(options_file), db, {"lr": "none"}).args.lr == 0.5  # the same --set on a later worker
     with pytest.raises(ExperimentError, match="lr=0.3 conflicts with lr=0.5"):

@@ -4,6 +4,7 @@ import random
 import subprocess
 import sys
 import time
+import types
 
 import numpy as np
 import pytest
@@ -191,7 +192,7 @@ class Params:
     """An experiment that is only its params: what a trainer trained is what a test writes."""
 
     local_params = ("target",)
-    update_count = 0  # the run's updates, as the trainer keeps them (a NaN names it)
+    run = types.SimpleNamespace(updates=0)  # the run's updates, as the trainer keeps them (a NaN names it)
 
     def __init__(self, **arrays):
         self.params, self.loads = arrays, 0
@@ -320,12 +321,12 @@ def test_params_deleted_under_a_trainer_come_back_with_a_newer_version(db):
 
 
 PUSHER = """
-import sys, numpy as np
+import sys, types, numpy as np
 from tinyverse.database import connect
 from tinyverse.params import Publisher
 
 class Params:
-    update_count = 0
+    run = types.SimpleNamespace(updates=0)
     def __init__(self, params): self.params = params
     def get_params(self): return {k: v.copy() for k, v in self.params.items()}
     def set_params(self, params): self.params = {k: v.copy() for k, v in params.items()}

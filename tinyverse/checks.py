@@ -141,7 +141,7 @@ def train_step(exp, batch) -> dict[str, float]:
     found = call("train_step", exp.train_step, batch)
     metrics = {} if found is None else _numbers("train_step", found)
     if not all(map(math.isfinite, metrics.values())) and say():
-        log.warning("train_step returned %s at update %d of the run", metrics, exp.update_count + 1)
+        log.warning("train_step returned %s at update %d of the run", metrics, exp.run.updates + 1)
     return metrics
 
 

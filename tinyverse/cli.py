@@ -24,7 +24,7 @@ def mode_play(args):
     """Play B environments and record sessions into the database (runs until stopped)."""
     db = connect(args.url, args.prefix, capacity=args.buffer_size)
     exp = load_experiment(args.experiment, db, args.options)
-    batch_size = args.batch_size or exp.play_batch_size
+    batch_size = args.batch_size or exp.run.settings.play_batch_size
     play(exp, db, batch_size, args.rounds, args.sync_every, args.seed)
 
 
@@ -33,8 +33,9 @@ def mode_train(args):
     db = connect(args.url, args.prefix, capacity=args.buffer_size)
     exp = load_experiment(args.experiment, db, args.options)
     events = tensorboard.EventWriter(args.logdir, db) if args.logdir else None  # flushed at reports
-    batch_size = args.batch_size or exp.train_batch_size
-    save_every = args.save_every or exp.save_every
+    settings = exp.run.settings
+    batch_size = args.batch_size or settings.train_batch_size
+    save_every = args.save_every or settings.save_every
     on_report = events and events.report
     train(exp, db, batch_size, args.updates, save_every, sync=args.sync, on_report=on_report)
 

@@ -41,13 +41,16 @@ SETTINGS = {  # what the loops need of each setting, in words and as a test
 }
 
 
-def check(exp) -> None:
-    """Refuse a setting the loops cannot run with, in one line naming it."""
+def check(exp):
+    """The experiment's settings (``exp.run.settings``), checked: one line naming a setting the
+    loops cannot run with."""
+    settings = exp.run.settings
     for name, (want, fits) in SETTINGS.items():
-        if not fits(value := getattr(exp, name)):
+        if not fits(value := getattr(settings, name)):
             fix = f"not {want}: fix the experiment file, or the --set option it comes from"
             pace = "bad pace: " if name in PACE else ""
             raise ExperimentError(f"{pace}the experiment's {name} is {value!r}, {fix}")
+    return settings
 
 
 def batch_fits(db, batch_size: int) -> bool:

@@ -1,9 +1,12 @@
 """The experiment contract: the hooks a user writes (:class:`Experiment`); the loader loads them."""
 
 import abc
+import dataclasses
 
 import gymnasium as gym
 import numpy as np
+
+from .settings import Run
 
 Arrays = dict[str, np.ndarray]
 
@@ -11,7 +14,7 @@ Arrays = dict[str, np.ndarray]
 class Experiment(abc.ABC):
     """What a user writes: hooks on NumPy arrays, which the loops call like this::
 
-        exp = make_experiment(db, args)            # player, trainer and eval alike
+        exp = make_experiment(args)                # player, trainer and eval alike
 
         # play (tinyverse.player.play): B environments of exp.make_env()
         memory = exp.initial_memory(B)
@@ -30,8 +33,10 @@ class Experiment(abc.ABC):
             metrics = exp.train_step(batch)
             db.save_params(exp.get_params())       # every save_every updates
 
-    Hooks return promptly: the loops own the pace. A batch stacks B sessions of T =
-    ``session_length`` ticks:
+    Hooks return promptly: the loops own the pace. The core's settings (T = ``session_length``,
+    B, the pace, ...) are fields of the options, which inherit :class:`~tinyverse.Settings`;
+    ``self.run`` is what the core knows of the run (read-only): its ``settings`` as resolved, its
+    ``options`` and its ``updates`` so far. A batch stacks B sessions of T ticks:
 
     - ``observations`` (B, T+1, ...), ``actions`` (B, T, ...), ``rewards`` (B, T) float32,
       ``terminated`` and ``truncated`` (B, T) bool; after an episode ends at tick t,
@@ -47,26 +52,28 @@ class Experiment(abc.ABC):
       ``info.<name>``, each (B,).
     """
 
-    session_length: int = 25  #: ticks per recorded session (sessions may cross episode boundaries)
-    buffer_size: int | None = None  #: sessions the database keeps unless one is (None: 1 GiB's)
-    play_batch_size: int = 1  #: default of ``play -b``: environments each player runs at once
-    train_batch_size: int = 32  #: default of ``train -b``: sessions in a minibatch
-    batch_per_player: bool = False  #: ``train -b`` is per live player: more players, larger updates
-    prefetch: int = 2  #: batches sampled ahead in a background thread (0: in the training thread)
-    save_every: int = 100  #: default of ``train -s``: updates between publications of params
-    keep_last: int = 0  #: snapshots ``vN`` trainers keep of the newest versions (a league: 3)
-    keep_every: int = 100  #: and of every version that is a multiple of this (0: none)
-    local_params: tuple[str, ...] = ()  #: params (globs) each trainer keeps, e.g. a target network
-    updates_per_step: float | None = None  #: the pace: updates an env step (None: no pace)
-    learning_starts: int = 0  #: env steps played before the first update (the buffer's least fill)
-    pace_slack: int = 1000  #: env steps either side may run ahead of the pace before it waits
-    options: dict | None = None  #: the resolved options (``dataclasses.asdict``), set by the loader
-    option_defaults: dict | None = None  #: the defaults of the experiment file's options dataclass
-    option_args: object = None  #: the options dataclass make_experiment got (tuned in place)
-    update_count: int = 0  #: the run's updates (of ``train_batch_size`` sessions), all trainers'
+    def __init__(self, args=None, db=None):
+        """``args``: the options (``make_experiment``'s dataclass), where the core finds its
+        settings (:class:`~tinyverse.Settings`); an older file's ``db`` is kept as ``self.db``."""
+        if args is not None and not dataclasses.is_dataclass(args):  # super().__init__(db)
+            db = args
+            args = None
+        if db is not None:
+            self.db = db
+        self._tinyverse_run = Run(self, args)
 
-    def __init__(self, db=None):
-        self.db = db
+    @property
+    def run(self) -> Run:
+        """What the core knows of the run, read-only (:class:`~tinyverse.settings.Run`): its
+        ``settings``, ``options`` and ``updates``."""
+        if "_tinyverse_run" not in vars(self):  # a subclass that skips Experiment.__init__
+            self._tinyverse_run = Run(self)
+        return self._tinyverse_run
+
+    @property
+    def update_count(self) -> int:
+        """The run's updates: ``self.run.updates``, under an older name."""
+        return self.run.updates
 
     @abc.abstractmethod
     def make_env(self, render_mode: str | None = None) -> gym.Env:

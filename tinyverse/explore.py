@@ -1,7 +1,7 @@
 """Exploration for value-based players: epsilon-greedy, schedules, Ape-X's spread (NumPy only).
 
     from tinyverse import explore
-    eps = explore.linear(1.0, 0.05, self.update_count / 3000)    # 1 -> 0.05 over 3000 updates
+    eps = explore.linear(1.0, 0.05, self.run.updates / 3000)    # 1 -> 0.05 over 3000 updates
     actions = explore.epsilon_greedy(q_values, eps, self.rng)    # (B, A) -> (B,)
     actions = explore.epsilon_greedy(q_values, eps, self.rng, mask)  # legal actions only
 

@@ -16,6 +16,7 @@ from . import declared
 from .errors import ExperimentError, install
 from .experiment import Experiment
 from .options import resolve
+from .settings import plain
 
 log = logging.getLogger(__name__)
 BOOLS = {"1": True, "true": True, "yes": True, "on": True}
@@ -23,21 +24,21 @@ BOOLS |= {"0": False, "false": False, "no": False, "off": False}
 
 
 def load_experiment(path: str, db=None, options: dict[str, str] | None = None) -> Experiment:
-    """The experiment of the file at ``path``: ``make_experiment(db[, args])``, ``args`` resolved
-    from ``options``."""
+    """The experiment of the file at ``path``: its ``make_experiment`` called with the options
+    resolved from ``options`` (and ``db``, if it asks for one)."""
     factory = getattr(import_file(path), "make_experiment", None)
     if not callable(factory):
         fix = "add one that returns a tinyverse.Experiment"
-        raise ExperimentError(f"{path} defines no make_experiment(db); {fix}")
+        raise ExperimentError(f"{path} defines no make_experiment(args); {fix}")
     args = None  # the resolved options
     defaults = None  # the file's
     if (kind := dataclass_of(factory)) is not None:
         args, defaults = resolve(kind, path, db, typed(kind, path, options or {}))
     elif options:
-        fix = "its make_experiment(db, args: Args) needs a dataclass"
+        fix = "its make_experiment(args: Args) needs an options dataclass"
         raise ExperimentError(f"{path} takes no options: {fix}")
     try:
-        exp = factory(db) if args is None else factory(db, args)
+        exp = _make(factory, db, args)
     except Exception as e:
         log.debug("make_experiment of %s failed", path, exc_info=True)
         if isinstance(e, TypeError) and (found := re.search(r"abstract methods? (.+)$", str(e))):
@@ -49,11 +50,20 @@ def load_experiment(path: str, db=None, options: dict[str, str] | None = None) -
     if not isinstance(exp, Experiment):
         returned = f"make_experiment in {path} returned {type(exp).__name__}"
         raise ExperimentError(f"{returned}, not a tinyverse.Experiment")
-    exp.options = None if args is None else dataclasses.asdict(args)
-    exp.option_defaults = defaults
-    exp.option_args = args  # tuned in place by the workers
+    if args is not None:  # the run's, read-only to the experiment
+        exp.run._args = args  # tuned in place by the workers
+        exp.run._options = plain(args)
+        exp.run._defaults = defaults
     declared.check(exp)  # before a worker stores the options that set them
     return exp
+
+
+def _make(factory, db, args) -> Experiment:
+    """``make_experiment`` called as it is written: ``(args: Args)``, ``(db, args: Args)``,
+    ``(db)`` (an older file's) or ``()``."""
+    if args is None:
+        return factory(db) if inspect.signature(factory).parameters else factory()
+    return factory(args) if dataclass_of(factory, 1) else factory(db, args)
 
 
 def import_file(path: str):
@@ -92,13 +102,16 @@ def parse_set(text: str) -> tuple[str, str]:
     return name.strip(), value
 
 
-def dataclass_of(factory) -> type | None:
-    """The options dataclass of ``make_experiment``'s second parameter (``Args`` or
-    ``Args | None``), or None."""
-    names = list(inspect.signature(factory).parameters)
-    hint = typing.get_type_hints(factory).get(names[1]) if len(names) > 1 else None
-    kinds = typing.get_args(hint) or [hint]
-    return next((k for k in kinds if isinstance(k, type) and dataclasses.is_dataclass(k)), None)
+def dataclass_of(factory, parameters: int = 2) -> type | None:
+    """The options dataclass of ``make_experiment``: the annotation (``Args`` or ``Args | None``)
+    of its first or second parameter (of its first ``parameters``), or None."""
+    hints = typing.get_type_hints(factory)
+    for name in list(inspect.signature(factory).parameters)[:parameters]:
+        kinds = typing.get_args(hints.get(name)) or [hints.get(name)]
+        found = [k for k in kinds if isinstance(k, type) and dataclasses.is_dataclass(k)]
+        if found:
+            return found[0]
+    return None
 
 
 def typed(kind: type, path: str, given: dict[str, str]) -> dict:

@@ -10,6 +10,7 @@ import typing
 
 from .database import Database
 from .errors import ExperimentError, TinyverseError, command
+from .settings import plain
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ def resolve(kind: type, path: str, db: Database | None, chosen: dict):
         args = kind(**{**stored, **chosen})
         missing = dataclasses.MISSING
         required = any(f.default is f.default_factory is missing for f in fields.values())
-        defaults = {} if required else dataclasses.asdict(kind())
+        defaults = {} if required else plain(kind())
     except Exception as e:  # a check of the options' own (__post_init__)
         raise ExperimentError(f"options of {path}: {type(e).__name__}: {e}") from None
     tunable = getattr(kind, "TUNABLE", ())
@@ -88,17 +89,17 @@ def adopt(args, db, seen: int) -> int:
     return count
 
 
-def store(exp, db) -> None:
-    """Store the experiment's options (and the file's defaults) in ``db`` unless some are: a run's
-    first write."""
-    if exp.options is None:
+def store(run, db) -> None:
+    """Store the run's options (and the file's defaults) in ``db`` unless some are: a run's first
+    write (``run``: the experiment's :class:`~tinyverse.settings.Run`)."""
+    if run.options is None:
         return
-    db.claim("defaults", exp.option_defaults)
-    if (stored := db.claim("options", exp.options)) != exp.options:
-        key = next(k for k in exp.options if stored.get(k) != exp.options[k])
+    db.claim("defaults", run.option_defaults)
+    if (stored := db.claim("options", run.options)) != run.options:
+        key = next(k for k in run.options if stored.get(k) != run.options[k])
         raise ExperimentError(
             f"another worker stored option {key}={stored.get(key)!r} in prefix {db.prefix} "
-            f"meanwhile, this one has {exp.options[key]!r}: start this worker again to adopt the "
+            f"meanwhile, this one has {run.options[key]!r}: start this worker again to adopt the "
             "stored options"
         )
 

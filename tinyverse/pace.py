@@ -9,13 +9,14 @@ class Pace:
     ``lead = max(0, played - learning_starts) - updates / updates_per_step``."""
 
     def __init__(self, exp, db):
-        self.spec = {k: getattr(exp, k) for k in FIELDS}
-        self.ratio = exp.updates_per_step  # None: each side runs free
-        self.starts = exp.learning_starts
-        self.slack = exp.pace_slack
-        self.T = exp.session_length
+        settings = exp.run.settings
+        self.spec = {k: getattr(settings, k) for k in FIELDS}
+        self.ratio = settings.updates_per_step  # None: each side runs free
+        self.starts = settings.learning_starts
+        self.slack = settings.pace_slack
+        self.T = settings.session_length
         self.db = db
-        self.unit = exp.train_batch_size  # sessions of a whole update
+        self.unit = settings.train_batch_size  # sessions of a whole update
         self.size = 1.0  # the last update's size in whole updates: the next one's guess
         self.pending = 0.0  # this trainer's updates not yet counted in the database
         self.room = 0.0  # updates allowed without a look

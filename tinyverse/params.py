@@ -98,7 +98,7 @@ class Publisher:
         start = time.monotonic()
         local = self._params()
         fix = f"not published (v{self.version} stays); lower the learning rate"
-        checks.finite(local, f"after update {self.exp.update_count + 1} of the run: {fix}")
+        checks.finite(local, f"after update {self.exp.run.updates + 1} of the run: {fix}")
         while True:
             version, stored = self.version, self.stored
             if self.db.params_version() != version:  # another trainer pushed, or they were deleted

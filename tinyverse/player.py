@@ -45,13 +45,13 @@ class Player:
     """B environments, their episodes so far, and the sessions recorded from them."""
 
     def __init__(self, exp: Experiment, db: Database, batch_size, seed, sync_every, report_every):
-        declared.check(exp)
+        self.settings = declared.check(exp)  # session_length, buffer_size, the pace
         self.exp = exp
         self.db = db
         self.B = batch_size
         self.sync_every = sync_every
         self.pace = Pace(exp, db)
-        self.worker = Worker(db, "player", exp.option_args)
+        self.worker = Worker(db, "player", exp.run.args)
         self.worker.info["pace"] = self.pace.spec
         self.say = Every(report_every)  # the log
         self.envs = []  # made by start()
@@ -71,7 +71,7 @@ class Player:
             if self.worker.stop or self.worker.beat():
                 return False
             self.envs.append(checks.make_env(self.exp))
-        store(self.exp, self.db)  # the run's options, at its first write: once the envs are made
+        store(self.exp.run, self.db)  # the run's options, at its first write: the envs are made
         rng = np.random.default_rng(self.seed)
         first = [checks.reset(env, seed=int(rng.integers(2**31))) for env in self.envs]
         self.space = self.envs[0].observation_space
@@ -95,12 +95,12 @@ class Player:
         version = self.version
         self.version = sync_params(self.exp, self.db, self.version, reseed)
         if self.version != version:
-            self.exp.update_count = self.db.counter("updates")
+            self.exp.run._updates = self.db.counter("updates")  # the core's, read-only to exp
             self.worker.info["version"] = self.version
 
     def report(self) -> None:
         """Heartbeat with this player's counters; now and then, a line in the log."""
-        steps = self.rounds * self.B * self.exp.session_length
+        steps = self.rounds * self.B * self.settings.session_length
         rate = steps / max(time.monotonic() - self.started, 1e-9)
         if self.say():
             mean = f"{np.mean(self.recent):.1f}" if self.recent else "-"
@@ -111,7 +111,7 @@ class Player:
     def record(self) -> None:
         """Play T ticks in every environment; store the B sessions and the episodes that ended."""
         B = self.B
-        T = self.exp.session_length
+        T = self.settings.session_length
         memory = {f"memory.{k}": np.array(v) for k, v in self.memory.items()}  # before tick 0
         rec = {k: np.repeat(v[:, None], T + 1, 1) for k, v in self.obs.items()}  # tick 0 on
         rec |= {f"final_{k}": np.zeros_like(v[:, 1:]) for k, v in rec.items()}
@@ -155,10 +155,10 @@ class Player:
         info = {f"info.{k}": np.float64(v) for k, v in checks.session_info(self.exp).items()}
         meta = {"version": np.int64(self.version or 0), "worker": self.tag, **info}
         sessions = [{k: v[i] for k, v in rec.items()} | meta for i in range(self.B)]
-        self.db.add_sessions(sessions, self.exp.buffer_size)
+        self.db.add_sessions(sessions, self.settings.buffer_size)
         self.rounds += 1
         if ended:
-            steps = self.db.env_steps(self.exp.session_length)
+            steps = self.db.env_steps(self.settings.session_length)
             when = {"time": time.time(), "steps": steps, "worker": self.worker.id}
             when["version"] = self.version
             self.db.add_metrics("episodes", [e | when for e in ended])

@@ -23,7 +23,7 @@ def train(
     exp, db, batch_size=32, updates=None, save_every=100, report_every=2, sync=None, on_report=None
 ) -> int:
     """Train ``updates`` updates (for ever if None) on batches of ``batch_size`` sessions (per live
-    player with ``exp.batch_per_player``) at the pace; return the last published version. Publishes
+    player with ``batch_per_player``) at the pace; return the last published version. Publishes
     (:class:`Publisher`) every ``save_every`` updates, while it waits for the pace, and at a (warm)
     stop; reports metrics every ``report_every`` s."""
     trainer = Trainer(exp, db, batch_size, sync, report_every, on_report)
@@ -51,15 +51,16 @@ class Trainer:
     """One trainer's waits, updates, publications and reports (the arguments of :func:`train`)."""
 
     def __init__(self, exp: Experiment, db: Database, batch_size, sync, report_every, on_report):
-        declared.check(exp)
+        self.settings = declared.check(exp)  # prefetch, local_params, keep_*, the pace
         self.exp = exp
         self.db = db
         self.batch_size = batch_size  # sessions an update (a live player's, with batch_per_player)
-        self.prefetch = Prefetcher(exp, db, self.batch_size_now(), exp.prefetch)  # refuses too big
+        depth = self.settings.prefetch
+        self.prefetch = Prefetcher(exp, db, self.batch_size_now(), depth)  # refuses too big
         self.pace = Pace(exp, db)
-        store(exp, db)  # the run's options, at its first write
-        self.publisher = Publisher(exp, db, sync, exp.local_params)
-        self.worker = Worker(db, "trainer", exp.option_args)
+        store(exp.run, db)  # the run's options, at its first write
+        self.publisher = Publisher(exp, db, sync, self.settings.local_params)
+        self.worker = Worker(db, "trainer", exp.run.args)
         self.worker.info |= {"pace": self.pace.spec, "updates": 0}
         self.worker.info["version"] = self.publisher.version
         self.report_every = report_every
@@ -76,7 +77,7 @@ class Trainer:
     def batch_size_now(self) -> int:
         """The batch to sample: ``batch_size`` sessions, times the live players if the experiment
         asks."""
-        if not self.exp.batch_per_player:
+        if not self.settings.batch_per_player:
             return self.batch_size
         players = sum(w["role"] == "player" for w in self.db.workers())
         return self.batch_size * max(1, players)
@@ -108,7 +109,7 @@ class Trainer:
 
     def train_step(self, batch: dict) -> None:
         """An update, counted for the pace, its metrics summed for the next report."""
-        self.exp.update_count = self.pace.count(len(batch["rewards"]))
+        self.exp.run._updates = self.pace.count(len(batch["rewards"]))  # read-only to exp
         for k, v in checks.train_step(self.exp, batch).items():
             self.sums[k] = self.sums.get(k, 0.0) + v
         self.done += 1
@@ -119,8 +120,8 @@ class Trainer:
             self.saved = self.done
             version = self.publisher.push()
             try:  # snapshots vN of the last versions and every keep_every-th
-                last = self.exp.keep_last
-                self.db.retain(self.publisher.stored, version, last, self.exp.keep_every)
+                last = self.settings.keep_last
+                self.db.retain(self.publisher.stored, version, last, self.settings.keep_every)
             except DatabaseError as e:  # full of named snapshots: training goes on
                 log.warning("params v%d not kept as a snapshot: %s", version, e)
             pushes = {"pushes": self.publisher.pushes, "conflicts": self.publisher.conflicts}
@@ -137,7 +138,7 @@ class Trainer:
         self.pace.flush()
         self.prefetch.batch_size = self.batch_size_now()
         means = {k: v / (self.done - self.reported) for k, v in self.sums.items()}
-        steps = self.db.env_steps(self.exp.session_length)
+        steps = self.db.env_steps(self.settings.session_length)
         p = self.publisher
         record = {"time": time.time(), "updates": self.done, "steps": steps, "version": p.version}
         record |= {"batch": self.prefetch.batch_size, "worker": self.worker.id}

@@ -64,7 +64,7 @@ def mode_import(args):
     exp, meta, params = load(args.file, args.experiment, args.options)
     snapshots = snapshots_in(args.file, meta, exp)  # read and checked before anything is written
     stored = db.setting("options")
-    options = exp.options  # the experiment took the file: its options and shapes fit
+    options = exp.run.options  # the experiment took the file: its options and shapes fit
     if stored is not None and options is not None and stored != options:
         keys = sorted(stored.keys() | options.keys())
         key = next(k for k in keys if stored.get(k) != options.get(k))

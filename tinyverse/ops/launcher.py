@@ -32,7 +32,8 @@ def mode_run(args):
         raise TinyverseError(f"--target-passes counts greedy evals: {wants}")
     db = connect(args.url, args.prefix, capacity=args.buffer_size)
     exp = load_experiment(args.experiment, db, args.options)
-    store(exp, db)  # the children adopt the run's options
+    store(exp.run, db)  # the children adopt the run's options
+    settings = exp.run.settings
     # the URL goes to the children in their environment: a password stays out of ps; a SQLite
     # path absolute, for Ray
     url = f"sqlite:///{Path(db.path).resolve()}" if args.url.startswith("sqlite:") else args.url
@@ -43,15 +44,16 @@ def mode_run(args):
         start = ray.join(args.ray, experiment, url, args.players + args.trainers)
         experiment = Path(experiment).name
     sync = [] if args.sync is None else ["--sync" if args.sync else "--no-sync"]
-    train = [experiment, "train", "-b", str(args.train_batch or exp.train_batch_size), *sync]
-    play = [experiment, "play", "-b", str(args.batch_size or exp.play_batch_size)]
+    train = [experiment, "train", "-b", str(args.train_batch or settings.train_batch_size), *sync]
+    play = [experiment, "play", "-b", str(args.batch_size or settings.play_batch_size)]
     workers = []
     for role, argv, n in (("trainer", train, args.trainers), ("player", play, args.players)):
         for i in range(n):  # e.g. Ape-X: player i of n explores with an epsilon of its own
             index = {"TINYVERSE_WORKER_INDEX": str(i), "TINYVERSE_WORKER_COUNT": str(n)}
             workers.append((f"{role}-{i}", [*argv, "--prefix", args.prefix, "-q"], env | index))
     judge = args.target_eval and functools.partial(judged, exp, db, args.target_eval)
-    watch = Watch(db, exp.session_length, args.steps, args.target_return, judge, args.target_passes)
+    T = settings.session_length
+    watch = Watch(db, T, args.steps, args.target_return, judge, args.target_passes)
     reason = supervise(workers, start, watch, args.max_crashes)
     print(f"run stopped: {reason}")
     if args.eval_episodes:

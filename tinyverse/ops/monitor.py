@@ -11,6 +11,7 @@ from ..database import TOOL_WAIT, Database, connect, masked
 from ..errors import TinyverseError, command, typed
 from ..loader import dataclass_of, import_file
 from ..options import history
+from ..settings import as_stored
 from .bottleneck import bottleneck
 
 
@@ -80,7 +81,8 @@ def describe(factory, stored: dict | None = None) -> list[str]:
     for f in dataclasses.fields(kind):
         default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
         shown = "required" if default is dataclasses.MISSING else repr(default)
-        now = f", stored {stored[f.name]!r}" if stored.get(f.name, default) != default else ""
+        same = as_stored(stored.get(f.name, default)) == as_stored(default)  # tuples: lists
+        now = "" if same else f", stored {stored[f.name]!r}"
         kind_name = getattr(hints[f.name], "__name__", str(hints[f.name]))
         lines.append(f"{f.name}={shown} ({kind_name}{now}): {docs.get(f.name, '')}".rstrip(": "))
     return lines
@@ -95,12 +97,8 @@ def _field_docs(kind) -> dict[str, str]:
         except (OSError, TypeError, SyntaxError):  # no source, or a class in a function (indented)
             continue
         for node, after in zip(body, body[1:], strict=False):
-            text = getattr(after, "value", None)
-            if (
-                isinstance(node, ast.AnnAssign)
-                and isinstance(after, ast.Expr)
-                and isinstance(text, ast.Constant)
-            ):
+            text = after.value if isinstance(after, ast.Expr) else None  # a string under a field
+            if isinstance(node, ast.AnnAssign) and isinstance(text, ast.Constant):
                 docs[node.target.id] = " ".join(str(text.value).split())
     return docs
 
