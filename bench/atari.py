@@ -71,7 +71,7 @@ def loop_rate(batch: int, seconds: float) -> tuple[float, float]:
     """The player's loop without recording: B envs, the policy on the window, resets."""
     import atari
 
-    exp = atari.make_experiment(None, atari.Args())
+    exp = atari.make_experiment(atari.Args())
     envs = [exp.make_env() for _ in range(batch)]
     obs = np.stack([env.reset(seed=i)[0] for i, env in enumerate(envs)])
     memory = exp.initial_memory(batch)
@@ -106,7 +106,7 @@ def loops(n: int, batch: int, seconds: float) -> tuple[float, float]:
 
 def players(n: int, batch: int, seconds: float, workdir: Path) -> tuple[float, float]:
     """Steps recorded by ``n`` concurrent players: per wall second (total), per CPU second."""
-    from atari import Atari
+    from atari import Args
 
     from tinyverse.database import connect
 
@@ -133,7 +133,7 @@ def players(n: int, batch: int, seconds: float, workdir: Path) -> tuple[float, f
         for p in procs:
             p.wait(30)
     db.close()
-    steps = (last - first) * Atari.session_length
+    steps = (last - first) * Args().session_length
     return steps / wall, steps / cpu
 
 
@@ -155,7 +155,7 @@ def session_bytes(workdir: Path) -> tuple[int, int]:
     from tinyverse.player import play
 
     db = connect(f"sqlite:///{workdir / 'one.db'}", "one")
-    exp = atari.make_experiment(db, atari.Args())
+    exp = atari.make_experiment(atari.Args())
     play(exp, db, 1, rounds=2, seed=0)
     s = {k: v[0] for k, v in db.get_batch([2]).items() if k != "id"}
     idx, _ = window_indices(s["terminated"][None], s["truncated"][None], exp.args.window)
@@ -183,9 +183,9 @@ def main():
 
     gym.register_envs(ale_py)
     s = args.seconds / 2
-    batch = args.batch or atari.Atari.play_batch_size
+    batch = args.batch or atari.Args().play_batch_size
     raw = env_rate(gym.make("ALE/Pong-v5", repeat_action_probability=0.0), s)
-    env = env_rate(atari.make_experiment(None, atari.Args()).make_env(), s)
+    env = env_rate(atari.make_experiment(atari.Args()).make_env(), s)
     print(f"Pong-v5, agent steps/s (4 frames each), {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
     print(f"  raw env (RGB 210x160)              {raw:8.0f}")
     print(f"  env, make_env() (80x80 gray)       {env:8.0f}   {env / raw:.2f} x raw")

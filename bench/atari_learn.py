@@ -259,11 +259,11 @@ def profile(batch_size: int, updates: int) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         db = connect(f"sqlite:///{tmp}/p.db", "p")
-        play(atari.make_experiment(db, atari.Args()), db, batch_size=8, rounds=max(2, batch_size // 4))
+        play(atari.make_experiment(atari.Args()), db, batch_size=8, rounds=max(2, batch_size // 4))
         print(f"one update on {batch_size} sessions of 25 ticks, {torch.get_num_threads()} torch thread(s), "
               f"mean of {updates}:")  # fmt: skip
         for net in atari.ActorCritic.TORSOS:
-            exp = atari.make_experiment(db, atari.Args(net=net))
+            exp = atari.make_experiment(atari.Args(net=net))
             exp.prepare_training()
             exp.train_step(exp.sample(db, batch_size))  # warm-up
             spent = {"sample": 0.0, "windows": 0.0, "train_step": 0.0}

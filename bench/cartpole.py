@@ -162,7 +162,7 @@ def run_tinyverse(
             try:
                 clock = stop - start - paused
                 version = sync_params(exp, db, version)
-                steps = db.count_sessions()[1] * exp.session_length
+                steps = db.count_sessions()[1] * exp.run.settings.session_length
                 mean = evaluate(greedy(exp), seed)
             finally:
                 for p in procs:
@@ -211,20 +211,22 @@ def run_lockstep(
         exp.rng = np.random.default_rng(seed)
         trainer.set_params(exp.get_params())
         trainer.prepare_training()
-        player, save_every = Player(exp, db, 1, seed, 1, 10.0), save_every or trainer.save_every
+        s = exp.run.settings  # the run's settings, as the loops read them
+        player, save_every = Player(exp, db, 1, seed, 1, 10.0), save_every or s.save_every
         player.start()  # its environments
         steps = updates = handed = 0
         solved, after, act = {}, [], greedy(exp)
         while steps < (solved["steps"] + stay_steps if solved else max_steps):
             player.record()  # the core's play loop: one session into the database
-            steps += exp.session_length
-            for _ in range(int(max(0, steps - exp.learning_starts) * exp.updates_per_step) - updates):
-                trainer.update_count, updates = updates, updates + 1
-                trainer.train_step(trainer.sample(db, trainer.train_batch_size))
+            steps += s.session_length
+            for _ in range(int(max(0, steps - s.learning_starts) * s.updates_per_step) - updates):
+                trainer.run._updates = updates  # as the core's trainer sets it before an update
+                updates += 1
+                trainer.train_step(trainer.sample(db, s.train_batch_size))
             if updates // save_every > handed // save_every:
                 exp.set_params(trainer.get_params())
                 handed = updates
-            if steps % eval_every_steps < exp.session_length:
+            if steps % eval_every_steps < s.session_length:
                 mean = evaluate(act, seed)
                 if solved:
                     after.append(mean)

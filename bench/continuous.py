@@ -171,7 +171,7 @@ def run_tinyverse(algo, noise, env_id, seed, budget_s, players=1, stop_solved=Fa
         threshold=SOLVED[env_id],
     )
     exp = load_experiment(str(FILES[algo]), None, {**example_options(algo, noise), "env_id": env_id, **dict(extra)})
-    batch = f"{exp.args.batch_sessions}x{exp.args.session_length}"  # sessions x ticks of a minibatch
+    batch = f"{exp.args.train_batch_size}x{exp.args.session_length}"  # sessions x ticks of a minibatch
     return row | {"algo": algo, "noise": noise, "options": dict(extra), "batch": batch}
 
 
@@ -188,7 +188,8 @@ def batch(r: dict) -> str:
     if "batch" in r:
         return r["batch"]
     options = r.get("options", {})
-    return f"{options.get('batch_sessions', 16)}x{options.get('session_length', 16)}"
+    sessions = options.get("train_batch_size", options.get("batch_sessions", 16))  # the option's former name
+    return f"{sessions}x{options.get('session_length', 16)}"
 
 
 def names(runs: list[dict]) -> list[str]:

@@ -214,7 +214,7 @@ def run_tinyverse(
     common = ["--db", url, "--prefix", "bench", "-q", *sets]  # every process: any may store the options first
     env = dict(os.environ)
     exp = load_experiment(str(experiment), None, options)  # this process's copy, for evaluation
-    T = exp.session_length
+    T = exp.run.settings.session_length
     names = [*(f"trainer-{i}" for i in range(trainers)), *(f"player-{i}" for i in range(players))]
     logs = [open(workdir / f"{name}.log", "wb") for name in names]
     started = time.monotonic()
@@ -363,12 +363,12 @@ def update_cost(rev: str, env_ids: list[str], updates: int = 300) -> None:
         modules[name] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(modules[name])
     for env_id in env_ids:
-        exps = {k: m.DQN(None, m.Args(env_id=env_id, per=False)) for k, m in modules.items()}
+        exps = {k: m.DQN(args=m.Args(env_id=env_id, per=False)) for k, m in modules.items()}  # any revision
         for exp in exps.values():
             exp.prepare_training()
-        a, T = exps["now"].args, exps["now"].session_length
+        a, T = exps["now"].args, exps["now"].args.session_length
         env = gym.make(env_id)
-        B, n_obs = a.batch_sessions, env.observation_space.shape[0]
+        B, n_obs = a.train_batch_size, env.observation_space.shape[0]
         rng = np.random.default_rng(0)
         batch = {"observations": rng.normal(size=(B, T + 1, n_obs)).astype(np.float32),
                  "final_observations": rng.normal(size=(B, T, n_obs)).astype(np.float32),

@@ -49,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 import uuid
 from pathlib import Path
 
@@ -60,6 +61,7 @@ from tinyverse.database import connect  # noqa: E402
 from tinyverse.encoding import decode  # noqa: E402
 from tinyverse.pace import Pace  # noqa: E402
 from tinyverse.params import Publisher, sync_params  # noqa: E402
+from tinyverse.settings import Settings  # noqa: E402
 from tinyverse.workers import Worker  # noqa: E402
 
 CACHE = Path(tempfile.gettempdir()) / "tinyverse-hub-sessions.db"
@@ -81,7 +83,7 @@ def record(cache: Path = CACHE, rounds: int = 12) -> None:
     for game, (path, batch) in GAMES.items():
         db = connect(f"sqlite:///{tmp}", game)
         exp = load_experiment(str(ROOT / path), db)
-        exp.updates_per_step = None  # no trainer here: the player must not wait for one
+        exp.args.updates_per_step = None  # no trainer here: the player must not wait for one
         play(exp, db, batch_size=batch, rounds=rounds, seed=0, report_every=1e9)
         db.close()
     os.replace(tmp, cache)
@@ -105,12 +107,13 @@ def episode() -> dict:
 
 
 class Holder:
-    """What sync_params and Publisher need of an experiment: params, and the pace's settings."""
+    """What sync_params and Publisher need of an experiment: params, and the pace's settings (its ``run``)."""
 
     def __init__(self, params: dict, T: int, batch: int = 8):
-        self.params, self.session_length, self.train_batch_size = params, T, batch
-        self.update_count = 0  # Publisher names the update at which params went NaN
-        self.updates_per_step, self.learning_starts, self.pace_slack = 4.0 / (batch * T), 0, 64 * T // 2
+        self.params = params
+        pace = dict(updates_per_step=4.0 / (batch * T), learning_starts=0, pace_slack=64 * T // 2)
+        settings = Settings(session_length=T, train_batch_size=batch, **pace)
+        self.run = types.SimpleNamespace(settings=settings, updates=0)  # updates: Publisher names a NaN's update
 
     def get_params(self):
         return self.params

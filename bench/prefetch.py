@@ -3,7 +3,7 @@
     python bench/prefetch.py [--steps 1500] [--reps 3]
 
 Fills an SQLite file with 2,500 CartPole-sized sessions, turns the example's pacing off, and
-runs ``tinyverse.trainer.train`` with ``Experiment.prefetch`` = 2 (a background thread) and 0
+runs ``tinyverse.trainer.train`` with the setting ``prefetch`` = 2 (a background thread) and 0
 (batches fetched in the training thread), alternating, in one process. Prints updates/s and
 the ratio sync/thread for each repetition.
 """
@@ -32,8 +32,9 @@ def main():
     logging.basicConfig(level=logging.WARNING)
     db = connect(f"sqlite:///{tempfile.mkdtemp()}/prefetch.db", "bench")
     exp = load_experiment(str(ROOT / "examples" / "cartpole_dqn.py"), db)
-    exp.updates_per_step, exp.learning_starts = None, 0  # no pacing: measure the training loop alone
-    T = exp.session_length
+    exp.args.updates_per_step = None  # no pacing: measure the training loop alone
+    exp.args.learning_starts = 0
+    T = exp.args.session_length
     session = {
         "observations": np.random.rand(T + 1, 4).astype(np.float32),
         "final_observations": np.zeros((T, 4), np.float32),
@@ -48,9 +49,9 @@ def main():
     for rep in range(args.reps):
         rates = {}
         for depth in (2, 0):
-            exp.prefetch = depth
+            exp.args.prefetch = depth  # the options are where the trainer reads it
             start = time.perf_counter()
-            train(exp, db, exp.train_batch_size, updates=args.steps, save_every=10**9, report_every=1e9)
+            train(exp, db, exp.args.train_batch_size, updates=args.steps, save_every=10**9, report_every=1e9)
             rates[depth] = args.steps / (time.perf_counter() - start)
         print(
             f"rep {rep}: thread {rates[2]:.0f} updates/s, in the training thread {rates[0]:.0f}: "

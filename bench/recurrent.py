@@ -80,7 +80,7 @@ def run(net: str, minutes: float, options: list[str], workdir: Path, args) -> li
                 continue
             with contextlib.redirect_stdout(io.StringIO()):
                 returns = evaluate(exp, db, args.eval_episodes)
-            now, steps = (time.time() - start) / 60, db.count_sessions()[1] * exp.session_length
+            now, steps = (time.time() - start) / 60, db.count_sessions()[1] * exp.run.settings.session_length
             version = db.params_version()
             mean, std = float(np.mean(returns)), float(np.std(returns))
             evals.append({"kind": "eval", "net": net, "label": args.label, "minutes": round(now, 3), "mean": mean,

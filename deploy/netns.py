@@ -162,7 +162,7 @@ def fleet_rate(
             server.wait()
     from tinyverse.loader import load_experiment
 
-    T = load_experiment(experiment).session_length
+    T = load_experiment(experiment).run.settings.session_length
     return (last - first) * T / (t1 - t0)
 
 

@@ -25,14 +25,31 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
-from common import appo_loss, declare_pace, get_weights, layer_init, load_weights, prepare_appo, sample_recent
+from common import appo_loss, derive_pace, get_weights, layer_init, load_weights, prepare_appo, sample_recent
 from wrappers import ActionSubset, Preprocess, window_indices
 
 import tinyverse
 
 
 @dataclass
-class Args:
+class Args(tinyverse.Settings):
+    # the core's settings (tinyverse.Settings) this file sets otherwise; None: from this file's batch_ticks,
+    # max_reuse and recent_sessions (common.derive_pace)
+    session_length: int = 25
+    """ticks a player records per session (the original project's 25)"""
+    buffer_size: int | None = 2000
+    """sessions the database keeps (50k frames): the trainer reads the newest recent_sessions only"""
+    play_batch_size: int = 8
+    """default of play -b: environments a player runs at once, one forward for all of them"""
+    train_batch_size: int | None = None
+    """sessions an update (default of train -b; None: batch_ticks / session_length)"""
+    save_every: int = 10
+    """default of train -s: updates between publications, so that players act with fresh params"""
+    updates_per_step: float | None = None
+    """the pace (None: max_reuse / (train_batch_size x session_length))"""
+    pace_slack: int | None = None
+    """env steps either side may run ahead of the pace (None: recent_sessions x session_length / 2)"""
+    # its own
     env_id: str = "ALE/Pong-v5"
     """the game: an Atari one (ALE/...) or CarRacing-v3; it picks the defaults of the options left unset"""
     sticky_actions: float = 0.0
@@ -79,8 +96,6 @@ class Args:
     """> 0: PPO's clipped surrogate (ratio to the player's policy within 1 +- clip) on V-trace's advantages"""
     normalize_advantages: bool = True
     """scale each batch's advantages to mean 0, std 1 (as PPO does)"""
-    session_length: int = 25
-    """ticks a player records per session (the original project's 25)"""
     batch_ticks: int = 200
     """ticks an update trains on: train_batch_size = batch_ticks / session_length sessions (train -b overrides)"""
     recent_sessions: int = 64
@@ -98,6 +113,7 @@ class Args:
         for key, value in GAMES[game(self.env_id)].items():
             if getattr(self, key) is None:
                 setattr(self, key, value)
+        derive_pace(self)
 
 
 # Any Atari game: its own actions (ALE's minimal set) and the whole screen at 84x84, as DQN's and PPO's
@@ -211,21 +227,15 @@ class ActorCritic(nn.Module):
 
 
 class Atari(tinyverse.Experiment):
-    buffer_size = 2000  # sessions (50k frames): the trainer reads the newest `recent_sessions` only
-    play_batch_size = 8  # environments a player runs at once: one forward for all of them
-    learning_starts = 0  # the trainer starts at its first batch
-    save_every = 10  # updates between publications: players act with params at most ~1 s old
-
-    def __init__(self, db=None, args: Args | None = None):
-        super().__init__(db)
+    def __init__(self, args: Args | None = None):
         self.args = a = args or Args()
+        super().__init__(a)  # the core reads its settings (the batch, the pace, the buffer) there
         env = self.make_env()
         assert isinstance(env.action_space, gym.spaces.Discrete), "only discrete actions"
         self.frames = FrameMemory(a.window, env.observation_space.shape)
         self.net = ActorCritic(a.net, a.window, a.size, int(env.action_space.n))
         env.close()
         self.device = torch.device("cpu")  # players act on the CPU; prepare_training picks the trainer's
-        declare_pace(self, a)
 
     def make_env(self, render_mode=None):
         a = self.args
@@ -334,5 +344,5 @@ class Atari(tinyverse.Experiment):
         load_weights({"": self.net}, params)
 
 
-def make_experiment(db, args: Args):
-    return Atari(db, args)
+def make_experiment(args: Args):
+    return Atari(args)

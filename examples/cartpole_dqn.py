@@ -34,8 +34,27 @@ torch.set_num_threads(1)  # players and trainers share the cores: torch's defaul
 
 
 @dataclass
-class Args:
+class Args(tinyverse.Settings):
     TUNABLE = ("learning_rate", "lr_end", "lr_updates", "tau", "eps_start", "eps_updates")  # tune --set: read each step
+    # the core's settings (tinyverse.Settings) this file sets otherwise
+    session_length: int = 32
+    buffer_size: int | None = 10_000
+    """sessions the database keeps: 320k transitions (80k: a solved fleet forgot what failing looks like)"""
+    train_batch_size: int = 16
+    """default of train -b: 512 transitions an update"""
+    prefetch: int = 0
+    """batches are cheap and updates short: no prefetch thread competing for the GIL (1.3-1.6x)"""
+    local_params: tuple[str, ...] = ("target.*",)
+    """with several trainers each keeps its own target net"""
+    # with train -b 16 (512 transitions an update): 128 replayed transitions per env step (SB3's zoo: 32);
+    # in simulation 0.5 updates an env step learned slower per update, 0.125 no faster
+    updates_per_step: float | None = 0.25
+    """the pace: trainer updates per env step played"""
+    learning_starts: int = 500
+    """the pace: env steps played before the first update"""
+    pace_slack: int = 500
+    """the pace: env steps either side may run ahead of updates_per_step before it waits"""
+    # its own
     env_id: str = "CartPole-v1"
     """the Gymnasium environment"""
     hidden: int = 64
@@ -64,27 +83,12 @@ class Args:
     """updates of train_batch_size sessions over which epsilon decays linearly"""
     greedy_target: bool = False
     """greedy play (eval) uses the target net, the online net averaged over ~1/tau updates, not its last step"""
-    # with train -b 16 (512 transitions an update): 128 replayed transitions per env step (SB3's zoo: 32);
-    # in simulation 0.5 updates an env step learned slower per update, 0.125 no faster
-    updates_per_step: float = 0.25
-    """the pace: trainer updates per env step played"""
-    learning_starts: int = 500
-    """the pace: env steps played before the first update"""
-    pace_slack: int = 500
-    """the pace: env steps either side may run ahead of updates_per_step before it waits"""
 
 
 class CartPoleDQN(tinyverse.Experiment):
-    local_params = ("target.*",)  # with several trainers each keeps its own target net
-    session_length = 32
-    buffer_size = 10_000  # sessions: 320k transitions (80k: a solved fleet forgot what failing looks like)
-    play_batch_size = 1  # play -b / run -b default
-    prefetch = 0  # batches are cheap and updates short: no prefetch thread competing for the GIL (1.3-1.6x)
-    train_batch_size = 16  # train -b / run --train-batch default: 512 transitions an update
-
-    def __init__(self, db=None, args: Args | None = None):
-        super().__init__(db)
+    def __init__(self, args: Args | None = None):
         self.args = args or Args()
+        super().__init__(self.args)  # the core reads its settings (session_length, the pace, ...) there
         env = self.make_env()
         assert isinstance(env.action_space, gym.spaces.Discrete), "only discrete actions"
         n_obs, n_act = env.observation_space.shape[0], int(env.action_space.n)
@@ -104,9 +108,6 @@ class CartPoleDQN(tinyverse.Experiment):
         # Ape-X: each player of a fleet ends at its own epsilon, spread geometrically around eps_end
         # (a lone player, or one started by hand, plays eps_end), so some of the data keeps failing
         self.eps_final = explore.apex_epsilon(self.args.eps_end, self.args.eps_spread, *explore.player_slot())
-        # the pace the core's loops hold
-        self.updates_per_step = self.args.updates_per_step
-        self.learning_starts, self.pace_slack = self.args.learning_starts, self.args.pace_slack
 
     def make_env(self, render_mode=None):
         return gym.make(self.args.env_id, render_mode=render_mode)
@@ -148,7 +149,7 @@ class CartPoleDQN(tinyverse.Experiment):
         self.optimizer.zero_grad()
         loss.backward()
         self.optimizer.step()
-        self.updates += max(1, round(len(batch["rewards"]) / self.train_batch_size))  # counted as the pace counts
+        self.updates += max(1, round(len(batch["rewards"]) / a.train_batch_size))  # counted as the pace counts
         with torch.no_grad():  # Polyak averaging of the target net
             torch._foreach_lerp_(*self.pairs, a.tau)
         return {"loss": loss.item(), "q": q.mean().item()}
@@ -165,5 +166,5 @@ class CartPoleDQN(tinyverse.Experiment):
         self.updates = int(params["updates"])
 
 
-def make_experiment(db, args: Args):
-    return CartPoleDQN(db, args)
+def make_experiment(args: Args):
+    return CartPoleDQN(args)

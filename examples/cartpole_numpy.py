@@ -22,7 +22,22 @@ from tinyverse import explore, nstep_transitions
 
 
 @dataclass
-class Args:
+class Args(tinyverse.Settings):
+    # the core's settings (tinyverse.Settings) this file sets otherwise
+    session_length: int = 16
+    buffer_size: int | None = 5000
+    """sessions the database keeps: 80k transitions"""
+    prefetch: int = 0
+    """batches are cheap and updates short: no prefetch thread competing for the GIL (1.3-1.6x)"""
+    local_params: tuple[str, ...] = ("target.*",)
+    """with several trainers each keeps its own target net"""
+    updates_per_step: float | None = 0.25
+    """the pace: trainer updates per env step played (the old player bound, 4 env steps an update)"""
+    learning_starts: int = 500
+    """the pace: env steps played before the first update"""
+    pace_slack: int = 500
+    """the pace: env steps either side may run ahead (a player waits 1000 steps ahead, as it used to)"""
+    # its own
     hidden: int = 64
     """units in each of the two hidden layers"""
     learning_rate: float = 2e-3
@@ -37,12 +52,6 @@ class Args:
     """exploration epsilon after ``eps_updates`` updates (it starts at 1)"""
     eps_updates: int = 2000
     """trainer updates over which epsilon decays linearly (updates, not env steps: see cartpole_dqn.py)"""
-    updates_per_step: float = 0.25
-    """the pace: trainer updates per env step played (the old player bound, 4 env steps an update)"""
-    learning_starts: int = 500
-    """the pace: env steps played before the first update"""
-    pace_slack: int = 500
-    """the pace: env steps either side may run ahead (a player waits 1000 steps ahead, as it used to)"""
 
 
 def init_mlp(sizes: list[int], rng) -> dict[str, np.ndarray]:
@@ -76,22 +85,13 @@ def backward(p: dict, inputs: list[np.ndarray], grad: np.ndarray) -> dict[str, n
 
 
 class CartPoleNumPy(tinyverse.Experiment):
-    local_params = ("target.*",)  # with several trainers each keeps its own target net
-    session_length = 16
-    buffer_size = 5000  # sessions: 80k transitions
-    play_batch_size = 1  # play -b / run -b default
-    prefetch = 0  # batches are cheap and updates short: no prefetch thread competing for the GIL (1.3-1.6x)
-    train_batch_size = 32  # train -b / run --train-batch default
-
-    def __init__(self, db=None, args: Args | None = None):
-        super().__init__(db)
-        self.args, self.rng = args or Args(), np.random.default_rng()
+    def __init__(self, args: Args | None = None):
+        self.args = args or Args()
+        super().__init__(self.args)  # the core reads its settings there
+        self.rng = np.random.default_rng()
         self.q = init_mlp([4, self.args.hidden, self.args.hidden, 2], self.rng)
         self.target = {k: v.copy() for k, v in self.q.items()}
         self.updates = 0
-        # the pace the core's loops hold (see cartpole_dqn.py)
-        self.updates_per_step = self.args.updates_per_step
-        self.learning_starts, self.pace_slack = self.args.learning_starts, self.args.pace_slack
 
     def make_env(self, render_mode=None):
         return gym.make("CartPole-v1", render_mode=render_mode)
@@ -150,5 +150,5 @@ class CartPoleNumPy(tinyverse.Experiment):
         self.updates = int(params["updates"])
 
 
-def make_experiment(db, args: Args):
-    return CartPoleNumPy(db, args)
+def make_experiment(args: Args):
+    return CartPoleNumPy(args)

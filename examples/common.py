@@ -144,13 +144,16 @@ def sample_recent(db, batch_size: int, recent: int) -> dict:
     return batch
 
 
-def declare_pace(exp, a) -> None:
-    """Session length, batch and the pace from the options: each recorded tick is trained on ``max_reuse``
-    times on average, and players never run further ahead than what is sampled."""
-    exp.session_length = a.session_length
-    exp.train_batch_size = max(1, round(a.batch_ticks / a.session_length))
-    exp.updates_per_step = a.max_reuse / (exp.train_batch_size * exp.session_length)
-    exp.pace_slack = a.recent_sessions * exp.session_length // 2
+def derive_pace(a) -> None:
+    """The batch and the pace the options ``a`` leave unset (None), from their own knobs: an update trains on
+    ``batch_ticks`` ticks, each recorded tick is trained on ``max_reuse`` times on average, and players never
+    run further ahead than what is sampled (``recent_sessions``)."""
+    if a.train_batch_size is None:
+        a.train_batch_size = max(1, round(a.batch_ticks / a.session_length))
+    if a.updates_per_step is None:
+        a.updates_per_step = a.max_reuse / (a.train_batch_size * a.session_length)
+    if a.pace_slack is None:
+        a.pace_slack = a.recent_sessions * a.session_length // 2
 
 
 def prepare_appo(exp, learning_rate: float) -> None:

@@ -13,7 +13,7 @@ https://arxiv.org/abs/1509.06461), dueling heads (``dueling``, https://arxiv.org
 n-step returns (``n_step``), prioritized replay kept by the trainer, not the database (``per``,
 https://arxiv.org/abs/1511.05952, with R2D2's priorities of sequences,
 https://openreview.net/forum?id=r1lyTjAqYX), and Ape-X's spread of the players' epsilons
-(https://arxiv.org/abs/1803.00933). Each live player adds ``batch_sessions`` to the trainer's batch
+(https://arxiv.org/abs/1803.00933). Each live player adds ``train_batch_size`` to the trainer's batch
 (``batch_per_player``), counted so by the pace and the schedules. Design and measured results:
 docs/examples.rst.
 """
@@ -33,8 +33,24 @@ from tinyverse import explore, nstep_transitions
 
 
 @dataclass
-class Args:
+class Args(tinyverse.Settings):
     TUNABLE = ("learning_rate", "max_grad_norm", "target_every", "eps_start", "exploration_steps", "per_beta")  # tune
+    # the core's settings (tinyverse.Settings) this file sets otherwise; None: the env_id's preset
+    session_length: int = 16
+    """ticks per recorded session"""
+    train_batch_size: int | None = None
+    """sessions per minibatch (default of train -b); each brings session_length transitions"""
+    buffer_size: int | None = None
+    """sessions the database keeps (None: buffer_transitions // session_length)"""
+    batch_per_player: bool = True
+    """train_batch_size per live player: more players, larger updates (counted so by every schedule)"""
+    local_params: tuple[str, ...] = ("target.*",)
+    """with several trainers each keeps its own target net"""
+    updates_per_step: float | None = None
+    """the replay ratio: trainer updates per env step (SB3: gradient_steps / train_freq)"""
+    learning_starts: int | None = None
+    """env steps played before the first update (players run ahead by this much)"""
+    # its own
     env_id: str = "CartPole-v1"
     """the Gymnasium environment; it picks the preset of the options left unset (None)"""
     hidden: int = 256
@@ -43,20 +59,8 @@ class Args:
     """Adam step size"""
     gamma: float = 0.99
     """discount factor"""
-    session_length: int = 16
-    """ticks per recorded session"""
-    batch_sessions: int | None = None
-    """sessions per minibatch; each brings session_length transitions"""
     buffer_transitions: int | None = None
-    """transitions kept in the database (buffer_transitions // session_length sessions)"""
-    replay_ratio: float | None = None
-    """trainer updates per env step (SB3: gradient_steps / train_freq)"""
-    learning_starts: int | None = None
-    """env steps played before the first update (players run ahead by this much)"""
-    pace_slack: int = 1000
-    """env steps a player may run ahead of updates / replay_ratio"""
-    batch_per_player: bool = True
-    """batch_sessions per live player: more players, larger updates (counted so by every schedule)"""
+    """transitions kept in the database (the buffer_size of the preset, in sessions)"""
     target_every: int | None = None
     """updates between copies of the online net into the target net"""
     max_grad_norm: float = 10.0
@@ -66,7 +70,7 @@ class Args:
     eps_end: float | None = None
     """final epsilon of a lone player"""
     exploration_steps: int | None = None
-    """env steps over which epsilon decays (counted as updates / replay_ratio)"""
+    """env steps over which epsilon decays (counted as updates / updates_per_step)"""
     apex_alpha: float = 7.0
     """Ape-X: spread of the players' epsilons"""
     apex_players: int = 8
@@ -99,15 +103,17 @@ class Args:
         for key, value in PRESETS.get(self.env_id, PRESETS["CartPole-v1"]).items():
             if getattr(self, key) is None:
                 setattr(self, key, value)
+        if self.buffer_size is None:
+            self.buffer_size = max(1, self.buffer_transitions // self.session_length)
 
 
 # RL-Zoo's SB3 DQN hyperparameters (hyperparams/dqn.yml) in this file's terms; CartPole-v1's serve any other env_id
 PRESETS = {
     "CartPole-v1": dict(
         learning_rate=2.3e-3,
-        batch_sessions=4,
+        train_batch_size=4,
         buffer_transitions=100_000,
-        replay_ratio=0.5,
+        updates_per_step=0.5,
         learning_starts=1000,
         target_every=128,
         eps_end=0.04,
@@ -116,9 +122,9 @@ PRESETS = {
     ),
     "Acrobot-v1": dict(
         learning_rate=6.3e-4,
-        batch_sessions=8,
+        train_batch_size=8,
         buffer_transitions=50_000,
-        replay_ratio=1.0,
+        updates_per_step=1.0,
         learning_starts=0,
         target_every=250,
         eps_end=0.1,
@@ -263,17 +269,10 @@ class QNet(nn.Module):
 
 
 class DQN(tinyverse.Experiment):
-    local_params = ("target.*",)  # with several trainers each keeps its own target net
-
-    def __init__(self, db=None, args: Args | None = None):
-        super().__init__(db)
+    def __init__(self, args: Args | None = None):
         self.args = a = args or Args()
+        super().__init__(a)  # the core reads its settings (the pace, the batch, the buffer) there
         assert a.n_step >= 1, "n_step must be at least 1"
-        # the pace the core's loops hold: replay_ratio updates an env step, after learning_starts, within pace_slack
-        self.updates_per_step, self.learning_starts, self.pace_slack = a.replay_ratio, a.learning_starts, a.pace_slack
-        self.session_length = a.session_length
-        self.buffer_size = max(1, a.buffer_transitions // a.session_length)
-        self.train_batch_size, self.batch_per_player = a.batch_sessions, a.batch_per_player
         env = self.make_env()
         assert isinstance(env.action_space, gym.spaces.Discrete), "only discrete actions"
         assert len(env.observation_space.shape) == 1, "only vector observations"
@@ -298,7 +297,7 @@ class DQN(tinyverse.Experiment):
         # Decays with trainer updates, not this player's steps: a fast player (or ten) would
         # otherwise reach its final epsilon before the net knows anything.
         a = self.args
-        fraction = self.updates / max(a.exploration_steps * a.replay_ratio, 1)
+        fraction = self.updates / max(a.exploration_steps * a.updates_per_step, 1)
         return explore.linear(a.eps_start, self.final_epsilon, fraction)
 
     @torch.no_grad()
@@ -324,7 +323,8 @@ class DQN(tinyverse.Experiment):
             return db.sample_batch(batch_size)
         lo, hi = db.session_range()
         if self.per is None:
-            self.per = PrioritizedReplay(max(db.capacity() or self.buffer_size, hi - lo + 1, 1), self.args.per_alpha)
+            capacity = db.capacity() or self.args.buffer_size
+            self.per = PrioritizedReplay(max(capacity, hi - lo + 1, 1), self.args.per_alpha)
         self.per.sync(lo, hi)
         for _ in range(10):  # ids evicted since session_range() are zeroed and the batch redrawn
             ids, probs = self.per.draw(batch_size)
@@ -376,7 +376,7 @@ class DQN(tinyverse.Experiment):
         loss.backward()
         nn.utils.clip_grad_norm_(self.q.parameters(), a.max_grad_norm)
         self.optimizer.step()
-        n = max(1, round(B / a.batch_sessions))  # a batch of n x batch_sessions counts n: schedules hold per sample
+        n = max(1, round(B / a.train_batch_size))  # a batch of n x train_batch_size counts n: schedules hold per sample
         self.updates, self.since_target = self.updates + n, self.since_target + n
         if self.since_target >= a.target_every:
             self.target.load_state_dict(self.q.state_dict())
@@ -395,5 +395,5 @@ class DQN(tinyverse.Experiment):
         self.updates = int(params["updates"])
 
 
-def make_experiment(db, args: Args):
-    return DQN(db, args)
+def make_experiment(args: Args):
+    return DQN(args)

@@ -13,13 +13,21 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tinyverse import Experiment, explore, nstep_transitions
+from tinyverse import Experiment, Settings, explore, nstep_transitions
 
 torch.set_num_threads(1)  # several workers share the cores
 
 
 @dataclass
-class Args:
+class Args(Settings):  # the core's settings, with this file's defaults, and its own options
+    session_length: int = 32
+    play_batch_size: int = 4
+    train_batch_size: int = 16
+    """sessions an update: 512 transitions"""
+    prefetch: int = 0
+    """batches are cheap: fetch them in the training thread"""
+    updates_per_step: float | None = 0.25
+    learning_starts: int = 2000
     env_id: str = "MountainCar-v0"
     """the Gymnasium environment"""
     hidden: int = 128
@@ -36,21 +44,12 @@ class Args:
     """exploration epsilon after eps_updates updates (1.0 before the first)"""
     eps_updates: int = 3000
     """updates over which epsilon decays linearly"""
-    learning_starts: int = 2000
-    """the pace: env steps played before the first update"""
 
 
 class MountainCarDQN(Experiment):
-    session_length = 32  # ticks a session
-    play_batch_size = 4  # environments a player runs at once
-    train_batch_size = 16  # sessions an update: 512 transitions
-    prefetch = 0  # batches are cheap: fetch them in the training thread
-    updates_per_step = 0.25  # the pace: trainer updates per env step played
-
-    def __init__(self, db, args: Args):
-        super().__init__(db)
+    def __init__(self, args: Args):
+        super().__init__(args)  # the core reads its settings there
         self.args, self.rng = args, np.random.default_rng()
-        self.learning_starts = args.learning_starts  # the pace, as the loops read it
         env = self.make_env()
         n_obs, self.n_act, h = env.observation_space.shape[0], int(env.action_space.n), args.hidden
         env.close()
@@ -65,7 +64,7 @@ class MountainCarDQN(Experiment):
         return explore.epsilon_greedy(q, 0.0 if greedy else self.session_info()["epsilon"], self.rng), memory
 
     def session_info(self):  # epsilon falls linearly with the run's updates, all trainers', restarts included
-        return {"epsilon": explore.linear(1.0, self.args.eps_end, self.update_count / self.args.eps_updates)}
+        return {"epsilon": explore.linear(1.0, self.args.eps_end, self.run.updates / self.args.eps_updates)}
 
     def prepare_training(self):
         self.optimizer = torch.optim.Adam(self.q.parameters(), lr=self.args.learning_rate)
@@ -73,9 +72,9 @@ class MountainCarDQN(Experiment):
         self.next_copy = 0  # the update count at which the target net is next copied
 
     def train_step(self, batch):
-        if self.update_count >= self.next_copy:  # the run's count, all trainers', restarts included
+        if self.run.updates >= self.next_copy:  # the run's count, all trainers', restarts included
             self.target.load_state_dict(self.q.state_dict())
-            self.next_copy = self.update_count + self.args.target_every
+            self.next_copy = self.run.updates + self.args.target_every
         t = nstep_transitions(batch, self.args.n_step, self.args.gamma)
         obs, actions, returns, next_obs, discounts = (torch.as_tensor(x).flatten(0, 1) for x in t[:5])
         target = returns + discounts * self.target(next_obs).max(1).values.detach()
@@ -93,5 +92,5 @@ class MountainCarDQN(Experiment):
         self.q.load_state_dict({k: torch.from_numpy(v) for k, v in params.items()})
 
 
-def make_experiment(db, args: Args):
-    return MountainCarDQN(db, args)
+def make_experiment(args: Args):
+    return MountainCarDQN(args)

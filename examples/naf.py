@@ -30,7 +30,21 @@ from tinyverse.explore import apex_spread, player_slot
 
 
 @dataclass
-class Args:
+class Args(tinyverse.Settings):
+    # the core's settings (tinyverse.Settings) this file sets otherwise
+    session_length: int = 4
+    """ticks per recorded session (short: a batch's transitions correlate less)"""
+    train_batch_size: int = 64
+    """sessions per minibatch (default of train -b); each brings session_length transitions"""
+    buffer_size: int | None = None
+    """sessions the database keeps (None: buffer_transitions // session_length)"""
+    local_params: tuple[str, ...] = ("target.*",)
+    """with several trainers each keeps its own target network"""
+    updates_per_step: float | None = 1.0
+    """the replay ratio: trainer updates per env step"""
+    learning_starts: int | None = None
+    """env steps played before the first update (None: 10,000 on the Box2D games, else 100)"""
+    # its own
     env_id: str = "Pendulum-v1"
     """the Gymnasium environment (a Box action space); it picks the preset of the options left unset"""
     noise: str = "gaussian"
@@ -61,18 +75,8 @@ class Args:
     """soft target update: target <- (1 - tau) target + tau online, each update"""
     n_step: int = 1
     """n of n-step returns (1: one-step TD)"""
-    session_length: int = 4
-    """ticks per recorded session (short: a batch's transitions correlate less)"""
-    batch_sessions: int = 64
-    """sessions per minibatch; each brings session_length transitions"""
     buffer_transitions: int = 1_000_000
-    """transitions kept in the database (buffer_transitions // session_length sessions)"""
-    replay_ratio: float = 1.0
-    """trainer updates per env step"""
-    learning_starts: int | None = None
-    """env steps played before the first update (None: 10,000 on the Box2D games, else 100)"""
-    pace_slack: int = 1000
-    """env steps either side may run ahead of the replay ratio"""
+    """transitions the database keeps: buffer_size, in sessions, unless that is set"""
     seed: int = -1
     """seed of the networks' initial weights (-1: random)"""
 
@@ -83,6 +87,8 @@ class Args:
         if self.learning_starts is None:  # no RL-Zoo entry: SB3's TD3 defaults, and the zoo's 10k on Box2D
             box2d = self.env_id in ("LunarLanderContinuous-v3", "BipedalWalker-v3")
             self.learning_starts = 10_000 if box2d else 100
+        if self.buffer_size is None:
+            self.buffer_size = max(1, self.buffer_transitions // self.session_length)
 
 
 class NAFNet(nn.Module):
@@ -116,18 +122,10 @@ class NAFNet(nn.Module):
 
 
 class NAF(tinyverse.Experiment):
-    local_params = ("target.*",)  # with several trainers each keeps its own target network
-
-    def __init__(self, db=None, args: Args | None = None):
-        super().__init__(db)
+    def __init__(self, args: Args | None = None):
         self.args = a = args or Args()
+        super().__init__(a)  # the core reads its settings (the pace, the batch, the buffer) there
         assert a.n_step >= 1, "n_step must be at least 1"
-        # the pace the core's loops hold: replay_ratio updates an env step, after learning_starts, within pace_slack
-        self.updates_per_step = a.replay_ratio
-        self.learning_starts, self.pace_slack = a.learning_starts, a.pace_slack
-        self.session_length = a.session_length
-        self.buffer_size = max(1, a.buffer_transitions // a.session_length)
-        self.train_batch_size = a.batch_sessions
         env = self.make_env()
         assert len(env.observation_space.shape) == 1, "only vector observations"
         self.box = BoxActions(env.action_space)
@@ -207,5 +205,5 @@ class NAF(tinyverse.Experiment):
         self.updates = int(params["updates"])
 
 
-def make_experiment(db, args: Args):
-    return NAF(db, args)
+def make_experiment(args: Args):
+    return NAF(args)

@@ -26,14 +26,31 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
-from common import appo_loss, declare_pace, get_weights, layer_init, load_weights, prepare_appo, sample_recent
+from common import appo_loss, derive_pace, get_weights, layer_init, load_weights, prepare_appo, sample_recent
 from wrappers import ActionSubset, Preprocess, window_indices
 
 import tinyverse
 
 
 @dataclass
-class Args:
+class Args(tinyverse.Settings):
+    # the core's settings (tinyverse.Settings) this file sets otherwise; None: from this file's batch_ticks,
+    # max_reuse and recent_sessions (common.derive_pace)
+    session_length: int = 25
+    """ticks a player records per session"""
+    buffer_size: int | None = 2000
+    """sessions the database keeps: the trainer reads the newest recent_sessions only"""
+    play_batch_size: int = 8
+    """default of play -b: environments a player runs at once, one forward for all of them"""
+    train_batch_size: int | None = None
+    """sessions an update (default of train -b; None: batch_ticks / session_length)"""
+    save_every: int = 10
+    """default of train -s: updates between publications, so that players act with fresh params"""
+    updates_per_step: float | None = None
+    """the pace (None: max_reuse / (train_batch_size x session_length))"""
+    pace_slack: int | None = None
+    """env steps either side may run ahead of the pace (None: recent_sessions x session_length / 2)"""
+    # its own
     env_id: str = "CartPole-v1"
     """the Gymnasium environment: a vector game, or a ViZDoom scenario (VizdoomHealthGathering-v1, ...)"""
     keep: str | None = None
@@ -89,8 +106,6 @@ class Args:
     """clip of V-trace's importance weights in the TD errors"""
     c_bar: float = 1.0
     """clip of V-trace's importance weights that carry TD errors back in time"""
-    session_length: int = 25
-    """ticks a player records per session"""
     batch_ticks: int = 400
     """ticks an update trains on: train_batch_size = batch_ticks / session_length sessions (train -b overrides)"""
     recent_sessions: int = 64
@@ -111,6 +126,7 @@ class Args:
             self.reward_scale = next((v for k, v in presets.items() if self.env_id.startswith(k)), 1.0)
         assert self.net in ("gru", "ff"), f"net {self.net!r}: gru or ff"
         assert self.window >= 1 and 0 <= self.burn_in < self.session_length and self.attention >= 0
+        derive_pace(self)
 
 
 # -- the games: masked CartPole, flickering frames, ViZDoom ----------------------------------------------------
@@ -311,20 +327,15 @@ def unroll(step, features: torch.Tensor, h0: torch.Tensor, ended: torch.Tensor, 
 
 
 class Recurrent(tinyverse.Experiment):
-    buffer_size = 2000  # sessions: the trainer reads the newest `recent_sessions` only
-    play_batch_size = 8  # environments a player runs at once: one forward for all of them
-    save_every = 10  # updates between publications: players act with fresh params
-
-    def __init__(self, db=None, args: Args | None = None):
-        super().__init__(db)
+    def __init__(self, args: Args | None = None):
         self.args = a = args or Args()
+        super().__init__(a)  # the core reads its settings (the batch, the pace, the buffer) there
         env = self.make_env()
         assert isinstance(env.action_space, gym.spaces.Discrete), "only discrete actions"
         self.obs_space = env.observation_space
         self.net = Agent(self.obs_space.shape, a.window, int(env.action_space.n), a.net, a.hidden, a.attention)
         env.close()
         self.device = torch.device("cpu")  # players act on the CPU; prepare_training picks the trainer's
-        declare_pace(self, a)
 
     def make_env(self, render_mode=None):
         a = self.args
@@ -448,5 +459,5 @@ class Recurrent(tinyverse.Experiment):
         load_weights({"": self.net}, params)
 
 
-def make_experiment(db, args: Args):
-    return Recurrent(db, args)
+def make_experiment(args: Args):
+    return Recurrent(args)

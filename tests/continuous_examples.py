@@ -34,7 +34,7 @@ def make(algo: str, env_id: str = "Pendulum-v1", **options):
     """An experiment of ``algo`` (ddpg, td3, sac, naf) with 8 x 8 hidden units and seed 0 unless given."""
     options = {"net_arch": "8,8", "seed": 0, **options} | ({"algo": algo} if FILE_OF[algo] == "ddpg_td3" else {})
     module = module_of(algo)
-    return module.make_experiment(None, module.Args(env_id=env_id, **options))
+    return module.make_experiment(module.Args(env_id=env_id, **options))
 
 
 def linears(module) -> list[torch.nn.Linear]:

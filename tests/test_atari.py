@@ -151,13 +151,13 @@ def test_trainer_rebuilds_every_window_the_player_acted_on(tmp_path, monkeypatch
     import atari
 
     db = connect(f"sqlite:///{tmp_path / 'w.db'}", "w")
-    exp = atari.make_experiment(db, atari.Args(max_episode_steps=episode))
+    exp = atari.make_experiment(atari.Args(max_episode_steps=episode))
     seen = []
     act = exp.act
     monkeypatch.setattr(exp, "act", lambda o, m, greedy=False: (seen.append(exp.frames.push(o, m)[0]), act(o, m))[1])
     play(exp, db, batch_size=2, rounds=2, seed=0)
     seen = np.stack(seen, axis=1)  # (B, rounds x T, K, H, W)
-    K, T = exp.args.window, exp.session_length
+    K, T = exp.args.window, exp.run.settings.session_length
     batch = db.get_batch([1, 2, 3, 4])
     assert batch["id"].tolist() == [1, 2, 3, 4]
     windows = exp.windows(batch)[0]  # the trainer's own gather: the same windows
@@ -278,7 +278,7 @@ def test_train_step_runs_on_uint8_sessions_and_changes_the_params(tmp_path):
     import atari
 
     db = connect(f"sqlite:///{tmp_path / 't.db'}", "t")
-    exp = atari.make_experiment(db, atari.Args(max_episode_steps=9))
+    exp = atari.make_experiment(atari.Args(max_episode_steps=9))
     play(exp, db, batch_size=2, rounds=2, seed=0)
     batch = db.get_batch([1, 2, 3, 4])
     assert batch["observations"].dtype == np.uint8 and batch["observations"].shape[1:] == (26, 80, 80)
@@ -333,7 +333,7 @@ def test_every_policy_loss_trains(tmp_path, options):
     import atari
 
     db = connect(f"sqlite:///{tmp_path / 'l.db'}", "l")
-    exp = atari.make_experiment(db, atari.Args(max_episode_steps=9, **options))
+    exp = atari.make_experiment(atari.Args(max_episode_steps=9, **options))
     play(exp, db, batch_size=2, rounds=2, seed=0)
     exp.prepare_training()
     batch = exp.sample(db, 4)
@@ -351,7 +351,7 @@ def test_rewards_train_scaled_unless_clipped(tmp_path):
     import atari
 
     db = connect(f"sqlite:///{tmp_path / 's.db'}", "s")
-    play(atari.make_experiment(db, atari.Args(max_episode_steps=9)), db, batch_size=2, rounds=2, seed=0)
+    play(atari.make_experiment(atari.Args(max_episode_steps=9)), db, batch_size=2, rounds=2, seed=0)
     batch = db.get_batch([1, 2, 3, 4])
     batch["rewards"] = np.random.default_rng(0).normal(0, 5, batch["rewards"].shape).astype(np.float32)
     # no advantage normalisation: a scale would cancel in it; the value loss shows it too
@@ -359,7 +359,7 @@ def test_rewards_train_scaled_unless_clipped(tmp_path):
 
     def value_loss(scale, rewards, clip=False):
         torch.manual_seed(0)
-        exp = atari.make_experiment(None, atari.Args(**options | dict(reward_scale=scale, clip_rewards=clip)))
+        exp = atari.make_experiment(atari.Args(**options | dict(reward_scale=scale, clip_rewards=clip)))
         exp.prepare_training()
         return exp.train_step(batch | {"rewards": rewards})["value_loss"]
 
@@ -399,12 +399,12 @@ def test_bfloat16_trains_what_float32_does(tmp_path):
     import atari
 
     db = connect(f"sqlite:///{tmp_path / 'b.db'}", "b")
-    play(atari.make_experiment(db, atari.Args(max_episode_steps=9)), db, batch_size=2, rounds=2, seed=0)
+    play(atari.make_experiment(atari.Args(max_episode_steps=9)), db, batch_size=2, rounds=2, seed=0)
     batch = db.get_batch([1, 2, 3, 4])
     steps = {}
     for bf16 in (False, True):
         torch.manual_seed(0)
-        exp = atari.make_experiment(db, atari.Args(max_episode_steps=9, bfloat16=bf16))
+        exp = atari.make_experiment(atari.Args(max_episode_steps=9, bfloat16=bf16))
         exp.prepare_training()
         before, dtypes = exp.get_params(), set()
         exp.net.torso.register_forward_hook(lambda m, inputs, out, seen=dtypes: seen.add(out.dtype))
@@ -424,15 +424,16 @@ def test_the_reuse_bound_is_a_pace():
     """Each update samples train_batch_size sessions of session_length ticks: max_reuse uses of each."""
     import atari
 
-    exp = atari.make_experiment(None, atari.Args(max_reuse=4.0, recent_sessions=64))
-    assert exp.updates_per_step == pytest.approx(4.0 / (exp.train_batch_size * exp.session_length))
-    assert (exp.learning_starts, exp.pace_slack) == (0, 32 * exp.session_length)
+    exp = atari.make_experiment(atari.Args(max_reuse=4.0, recent_sessions=64))
+    s = exp.run.settings
+    assert s.updates_per_step == pytest.approx(4.0 / (s.train_batch_size * s.session_length))
+    assert (s.learning_starts, s.pace_slack) == (0, 32 * s.session_length)
 
 
 def test_another_game_needs_no_option_but_its_id():
     import atari
 
-    exp = atari.make_experiment(None, atari.Args(env_id="ALE/Boxing-v5"))  # all its 18 actions, the whole screen
+    exp = atari.make_experiment(atari.Args(env_id="ALE/Boxing-v5"))  # all its 18 actions, the whole screen
     env = exp.make_env()
     assert (exp.args.actions, exp.args.crop, exp.args.size) == ("all", "0,210,0,160", 84)
     assert env.action_space.n == 18 == exp.net.policy.out_features and env.observation_space.shape == (84, 84)
@@ -444,15 +445,15 @@ def test_another_game_needs_no_option_but_its_id():
 def test_the_game_and_its_actions_are_options():
     import atari
 
-    exp = atari.make_experiment(None, atari.Args(env_id="ALE/Breakout-v5", actions="NOOP,FIRE,RIGHT,LEFT", size=42))
+    exp = atari.make_experiment(atari.Args(env_id="ALE/Breakout-v5", actions="NOOP,FIRE,RIGHT,LEFT", size=42))
     env = exp.make_env()
     assert env.action_space.n == 4 and env.observation_space.shape == (42, 42)
     assert env.unwrapped.get_action_meanings()[:4] == ["NOOP", "FIRE", "RIGHT", "LEFT"]
     assert exp.net.policy.out_features == 4
-    env = atari.make_experiment(None, atari.Args(env_id="ALE/Breakout-v5", actions="2,3")).make_env()
+    env = atari.make_experiment(atari.Args(env_id="ALE/Breakout-v5", actions="2,3")).make_env()
     assert env.get_wrapper_attr("ids").tolist() == [2, 3]  # ids work as names do
     with pytest.raises(AssertionError, match="not one of this game's actions"):
-        atari.make_experiment(None, atari.Args(actions="NOOP,JUMP")).make_env()
+        atari.make_experiment(atari.Args(actions="NOOP,JUMP")).make_env()
 
 
 def test_fast_car_racing_draws_the_stock_frames():
@@ -515,7 +516,7 @@ def test_fast_car_racing_repeats_actions_as_the_stock_env_under_a_repeat_wrapper
 def test_the_racing_game_goes_through_the_same_learner():
     import atari
 
-    exp = atari.make_experiment(None, atari.Args(env_id="CarRacing-v3"))
+    exp = atari.make_experiment(atari.Args(env_id="CarRacing-v3"))
     assert (exp.args.size, exp.args.noop_max, exp.args.clip_rewards, exp.args.reward_scale) == (42, 0, False, 0.1)
     assert atari.Args().crop == "34,194,0,160" and atari.Args().clip_rewards  # Atari's unchanged
     import racing

@@ -43,11 +43,12 @@ def test_the_loops_own_the_pace_and_publishing(name):
 
 @pytest.mark.parametrize("algo", ALGOS)
 def test_the_pace_is_declared(algo):
-    exp = make(algo, replay_ratio=0.5, learning_starts=300, pace_slack=200, session_length=8, batch_sessions=4)
-    assert (exp.updates_per_step, exp.learning_starts, exp.pace_slack) == (0.5, 300, 200)
-    assert (exp.session_length, exp.train_batch_size) == (8, 4)
-    assert exp.buffer_size == exp.args.buffer_transitions // 8
-    assert make("td3", session_length=8).buffer_size == 200_000 // 8  # RL-Zoo's buffer on Pendulum
+    exp = make(algo, updates_per_step=0.5, learning_starts=300, pace_slack=200, session_length=8, train_batch_size=4)
+    settings = exp.run.settings  # what the loops read: the options, nothing copied onto the experiment
+    assert (settings.updates_per_step, settings.learning_starts, settings.pace_slack) == (0.5, 300, 200)
+    assert (settings.session_length, settings.train_batch_size) == (8, 4)
+    assert settings.buffer_size == exp.args.buffer_transitions // 8
+    assert make("td3", session_length=8).run.settings.buffer_size == 200_000 // 8  # RL-Zoo's buffer on Pendulum
 
 
 # -- targets ------------------------------------------------------------------------
@@ -129,7 +130,7 @@ def test_params_round_trip_and_the_targets_are_local(algo):
     params = exp.get_params()
     assert params["updates"].dtype == np.int64
     assert all(v.dtype == np.float32 for k, v in params.items() if k != "updates")
-    local = {k for k in params if any(fnmatch.fnmatchcase(k, g) for g in exp.local_params)}
+    local = {k for k in params if any(fnmatch.fnmatchcase(k, g) for g in exp.run.settings.local_params)}
     assert local and local == {k for k in params if k.startswith("target.")}
     assert ("log_alpha" in params) == (algo == "sac")
     other = make(algo, seed=1)
@@ -188,8 +189,8 @@ def test_play_and_train_in_process(tmp_path, algo, noise):
     options |= {} if algo == "sac" else {"noise": noise}
     options |= {"algo": algo} if algo in ("ddpg", "td3") else {}
     args = module.Args(**options)
-    assert play(module.make_experiment(db, args), db, batch_size=2, rounds=2) == 4
-    trainer = module.make_experiment(db, args)
+    assert play(module.make_experiment(args), db, batch_size=2, rounds=2) == 4
+    trainer = module.make_experiment(args)
     assert train(trainer, db, batch_size=2, updates=3, save_every=2) >= 2
     assert trainer.updates == 3 and int(db.load_params()[1]["updates"]) == 3
     batch = db.sample_batch(4)
@@ -199,7 +200,7 @@ def test_play_and_train_in_process(tmp_path, algo, noise):
         assert (batch["info.alpha"] == 1.0).all() and "info.noise" not in batch
     else:
         assert (batch["info.noise"] == 0.1).all()
-    player = module.make_experiment(db, args)
+    player = module.make_experiment(args)
     play(player, db, batch_size=1, rounds=1)
     assert player.updates == 3  # the trained params reached it: it acts with the policy now
     db.close()

@@ -5,6 +5,7 @@ import ast
 import dataclasses
 import importlib.util
 import itertools
+import json
 import shutil
 import sys
 
@@ -105,7 +106,7 @@ def test_dueling_streams_have_their_own_second_hidden_layer_unless_shared(shared
 def test_double_q_target_from_one_online_forward_equals_two_forwards(monkeypatch, shared_hidden):
     # the pick of the online net at s_{t+m} read from its forward over the session, as one
     # forward of the bootstrap observations would give it, truncations included
-    exp = dqn.DQN(None, dqn.Args(hidden=16, n_step=3, double=True, dueling=True, shared_hidden=shared_hidden))
+    exp = dqn.DQN(dqn.Args(hidden=16, n_step=3, double=True, dueling=True, shared_hidden=shared_hidden))
     exp.prepare_training()
     rng = np.random.default_rng(0)
     B, T = 32, 8
@@ -145,7 +146,7 @@ def fake_session(i: int, T: int = 4) -> dict:
 
 
 def test_prioritized_replay_cycle(db):
-    exp = dqn.DQN(db, dqn.Args(session_length=4, hidden=16, per_alpha=1.0, per_beta=1.0))
+    exp = dqn.DQN(dqn.Args(session_length=4, hidden=16, per_alpha=1.0, per_beta=1.0))
     db.add_sessions([fake_session(i) for i in range(1, 21)], capacity=10)  # ids 11..20 stay
     batch = exp.sample(db, 8)
     assert len(batch["id"]) == 8 and set(batch["id"].tolist()) <= set(range(11, 21))
@@ -206,13 +207,14 @@ def test_apex_epsilons_and_presets(monkeypatch):
     assert 0.1 < two[0] < 0.2 and 0.005 < two[1] < 0.02  # not 0.4 for one of two: half the data random
     acrobot = dqn.Args(env_id="Acrobot-v1", per=False, n_step=5, learning_rate=1e-3)
     assert (acrobot.per, acrobot.n_step, acrobot.learning_rate) == (False, 5, 1e-3)  # given: kept
-    assert (acrobot.replay_ratio, acrobot.batch_sessions, acrobot.learning_starts) == (1.0, 8, 0)  # the preset
-    assert dqn.Args(env_id="MountainCar-v0").replay_ratio == 0.5  # no preset: CartPole's
-    exp = dqn.DQN(None, acrobot)
-    assert (exp.updates_per_step, exp.learning_starts, exp.pace_slack) == (1.0, 0, 1000)  # the pace, declared
+    assert (acrobot.updates_per_step, acrobot.train_batch_size, acrobot.learning_starts) == (1.0, 8, 0)  # the preset
+    assert dqn.Args(env_id="MountainCar-v0").updates_per_step == 0.5  # no preset: CartPole's
+    exp = dqn.DQN(acrobot)
+    pace = exp.run.settings
+    assert (pace.updates_per_step, pace.learning_starts, pace.pace_slack) == (1.0, 0, 1000)  # the pace, declared
     monkeypatch.setenv("TINYVERSE_WORKER_INDEX", "2")
     monkeypatch.setenv("TINYVERSE_WORKER_COUNT", "3")
-    exp = dqn.DQN(None, dqn.Args(hidden=8, eps_start=0.5))
+    exp = dqn.DQN(dqn.Args(hidden=8, eps_start=0.5))
     last = 0.04 ** ((1 + 7 * 2.5 / 3) / 4.5)
     assert exp.final_epsilon == pytest.approx(last)
     assert exp.session_info() == {"epsilon": 0.5}  # before any update
@@ -227,8 +229,8 @@ def test_play_and_train_in_process(tmp_path, monkeypatch, double, dueling, per):
     monkeypatch.setenv("TINYVERSE_WORKER_COUNT", "2")
     db = connect(f"sqlite:///{tmp_path / 't.db'}", "dqn", retry_for=5)
     args = dqn.Args(hidden=16, double=double, dueling=dueling, per=per, n_step=1 if per else 3, learning_starts=0)
-    assert play(dqn.DQN(db, args), db, batch_size=2, rounds=2) == 4
-    exp = dqn.DQN(db, args)
+    assert play(dqn.DQN(args), db, batch_size=2, rounds=2) == 4
+    exp = dqn.DQN(args)
     assert train(exp, db, batch_size=2, updates=3, save_every=2) >= 2
     assert exp.updates == 3 and (exp.per is not None) == per
     assert db.sample_batch(1)["info.epsilon"][0] == 1.0  # recorded per session; no update was seen yet
@@ -237,17 +239,17 @@ def test_play_and_train_in_process(tmp_path, monkeypatch, double, dueling, per):
 
 def test_a_batch_per_player_counts_as_that_many_updates_in_every_schedule(tmp_path):
     db = connect(f"sqlite:///{tmp_path / 't.db'}", "dqn", retry_for=5)
-    args = dqn.Args(hidden=16, batch_sessions=2, target_every=4, learning_starts=0, batch_per_player=True)
-    play(dqn.DQN(db, args), db, batch_size=4, rounds=2)
-    exp = dqn.DQN(db, args)
-    assert exp.batch_per_player and exp.train_batch_size == 2
+    args = dqn.Args(hidden=16, train_batch_size=2, target_every=4, learning_starts=0, batch_per_player=True)
+    play(dqn.DQN(args), db, batch_size=4, rounds=2)
+    exp = dqn.DQN(args)
+    assert exp.run.settings.batch_per_player and exp.run.settings.train_batch_size == 2
     players = [Worker(db, "player") for _ in range(2)]
     for w in players:
         w.beat(force=True)  # two live players: batches of 4 sessions, each counted as 2 updates
     copies = []
     exp.target.load_state_dict = lambda state: copies.append(exp.updates)
     train(exp, db, batch_size=2, updates=3, save_every=10)
-    # 3 updates on 2 x batch_sessions are 6 updates' worth: the target is loaded at 0 (stored params), copied at 4
+    # 3 updates on 2 x train_batch_size are 6 updates' worth: the target is loaded at 0 (stored params), copied at 4
     assert exp.updates == 6 and copies == [0, 4]
     assert db.counter("updates") == 6, "the core's pace counts the same"
     db.close()
@@ -283,7 +285,7 @@ def test_set_options_pick_the_preset_and_a_conflicting_worker_stops(tmp_path):
     assert stored["env_id"] == "Acrobot-v1" and stored["n_step"] == 1  # given
     expected = dqn.PRESETS["Acrobot-v1"]
     assert {k: stored[k] for k in expected} == expected  # the preset, resolved: stored complete
-    assert stored == dataclasses.asdict(dqn.Args(env_id="Acrobot-v1", n_step=1))
+    assert stored == json.loads(json.dumps(dataclasses.asdict(dqn.Args(env_id="Acrobot-v1", n_step=1))))  # as JSON
     # a later worker that disagrees stops with one line naming both values
     out = run_cli(DQN_FILE, "train", "-n", "1", "--db", url, "--set", "n_step=3", check=False)
     assert out.returncode != 0

@@ -11,6 +11,7 @@ import pytest
 from conftest import ROOT, cli_env, optional, run_cli, wait_for
 
 from tinyverse.database import connect
+from tinyverse.settings import NAMES
 
 torch = optional("torch")
 
@@ -42,8 +43,10 @@ def test_examples_leave_the_pace_and_publishing_to_the_loops(example):
     source = (ROOT / "examples" / example).read_text()
     for banned in ("sleep(", "save_params", "sync_params", "wait_for", "TINYVERSE_ATARI", "DQN_"):
         assert banned not in source, f"{example} still has {banned}"
-    exp = load(example).make_experiment(None, load(example).Args())
-    assert exp.updates_per_step is not None and exp.updates_per_step > 0  # it declares its pace instead
+    exp = load(example).make_experiment(load(example).Args())
+    ratio = exp.run.settings.updates_per_step
+    assert ratio is not None and ratio > 0  # it declares its pace instead, in its options (tinyverse.Settings)
+    assert not set(vars(exp)) & set(NAMES), "no setting copied onto the experiment"
 
 
 def waiting_player(db, after: float = 0.0) -> dict | None:
@@ -148,7 +151,7 @@ def test_no_example_imports_another():
 def test_cartpole_dqn_step_size_decays_with_the_shared_update_count():
     module = load("cartpole_dqn.py")
     args = module.Args(learning_rate=1e-3, lr_end=1e-4, lr_updates=100)
-    exp = module.make_experiment(None, args)
+    exp = module.make_experiment(args)
     exp.prepare_training()
     rng, B, T = np.random.default_rng(0), 2, 4
     batch = {
@@ -166,16 +169,17 @@ def test_cartpole_dqn_step_size_decays_with_the_shared_update_count():
         steps[updates] = exp.optimizer.param_groups[0]["lr"]
     assert steps == pytest.approx({0: 1e-3, 50: 5.5e-4, 100: 1e-4, 5000: 1e-4})
     # the schedules count samples, as the pace does: an update on 2 x train_batch_size sessions counts 2
-    exp.updates, exp.train_batch_size = 0, B // 2
+    exp.updates = 0
+    exp.args.train_batch_size = B // 2
     exp.train_step(batch)
     assert exp.updates == 2
 
 
 def test_cartpole_dqn_layer_norm_normalizes_each_hidden_layer():
     module = load("cartpole_dqn.py")
-    plain = module.make_experiment(None, module.Args(hidden=4, layer_norm=False))
+    plain = module.make_experiment(module.Args(hidden=4, layer_norm=False))
     assert list(plain.q.state_dict()) == ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"]
-    exp = module.make_experiment(None, module.Args(hidden=4, layer_norm=True))
+    exp = module.make_experiment(module.Args(hidden=4, layer_norm=True))
     with torch.no_grad():
         exp.q[0].weight.zero_()
         exp.q[0].bias.copy_(torch.tensor([1.0, 2.0, 3.0, 4.0]))
@@ -188,7 +192,7 @@ def test_cartpole_dqn_layer_norm_normalizes_each_hidden_layer():
 @pytest.mark.parametrize("greedy_target", [False, True])
 def test_cartpole_dqn_greedy_play_may_use_the_target_net(greedy_target):
     module = load("cartpole_dqn.py")
-    exp = module.make_experiment(None, module.Args(eps_end=0.0, greedy_target=greedy_target))
+    exp = module.make_experiment(module.Args(eps_end=0.0, greedy_target=greedy_target))
     exp.updates = exp.args.eps_updates  # exploration over: players act greedily on the online net
     with torch.no_grad():
         exp.q[-1].bias.copy_(torch.tensor([100.0, 0.0]))  # the online net's latest step prefers action 0
@@ -207,7 +211,7 @@ def test_cartpole_dqn_players_of_a_fleet_end_at_their_own_epsilon(monkeypatch):
             monkeypatch.delenv(key, raising=False)
         for key, value in env.items():
             monkeypatch.setenv(key, value)
-        exp = module.make_experiment(None, args)
+        exp = module.make_experiment(args)
         exp.updates = args.eps_updates  # the decay is over
         assert exp.session_info()["epsilon"] == pytest.approx(exp.epsilon())
         return exp.epsilon()
@@ -217,7 +221,7 @@ def test_cartpole_dqn_players_of_a_fleet_end_at_their_own_epsilon(monkeypatch):
     pair = [final_epsilon({"TINYVERSE_WORKER_INDEX": str(i), "TINYVERSE_WORKER_COUNT": "2"}) for i in (0, 1)]
     assert pair == pytest.approx([0.02 ** (2.75 / 4.5), 0.02 ** (6.25 / 4.5)])  # 0.092 and 0.0044
     assert pair[0] * pair[1] == pytest.approx(0.02**2)  # geometric: centred on eps_end
-    exp = module.make_experiment(None, args)
+    exp = module.make_experiment(args)
     exp.updates = 0
     assert exp.epsilon() == 1.0  # every player starts at eps_start
 

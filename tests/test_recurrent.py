@@ -90,9 +90,9 @@ def test_burn_in_warms_the_state_without_a_gradient():
 # -- memory stored and reset, replayed by the trainer -----------------------------------------------------------------
 def test_memory_is_stored_at_session_start_and_reset_at_episode_ends(db):
     torch.manual_seed(0)  # the players' draws: episodes that end by falling and by time (16 steps)
-    exp = recurrent.make_experiment(db, recurrent.Args(max_episode_steps=16))
+    exp = recurrent.make_experiment(recurrent.Args(max_episode_steps=16))
     spy = Spy(exp)
-    rounds, B, T = 3, 2, exp.session_length
+    rounds, B, T = 3, 2, exp.run.settings.session_length
     assert play(exp, db, batch_size=B, rounds=rounds, seed=0) == rounds * B
     batch = db.get_batch(list(range(1, rounds * B + 1)))
     assert batch["memory.h"].shape == (rounds * B, 64) and batch["memory.h"].dtype == np.float32
@@ -130,7 +130,7 @@ def test_memory_is_stored_at_session_start_and_reset_at_episode_ends(db):
 def test_the_trainer_replays_what_the_players_saw(tmp_path, net, window):
     """Windows of past observations (memory.frames) with or without a GRU: the recorded log-probabilities again."""
     db = connect(f"sqlite:///{tmp_path / 'w.db'}", "w")
-    exp = recurrent.make_experiment(db, recurrent.Args(net=net, window=window, max_episode_steps=9))
+    exp = recurrent.make_experiment(recurrent.Args(net=net, window=window, max_episode_steps=9))
     play(exp, db, batch_size=2, rounds=2, seed=1)
     batch = db.get_batch([1, 2, 3, 4])
     assert ("memory.frames" in batch) == (window > 1) and ("memory.h" in batch) == (net == "gru")
@@ -146,7 +146,7 @@ def test_the_trainer_replays_what_the_players_saw(tmp_path, net, window):
 @pytest.mark.parametrize("burn_in", [0, 5])
 def test_train_step_trains_and_measures_the_lag(tmp_path, burn_in):
     db = connect(f"sqlite:///{tmp_path / 't.db'}", "t")
-    exp = recurrent.make_experiment(db, recurrent.Args(burn_in=burn_in))
+    exp = recurrent.make_experiment(recurrent.Args(burn_in=burn_in))
     play(exp, db, batch_size=4, rounds=2, seed=0)
     exp.prepare_training()
     assert exp.sample(db, 16) == {}, "too few sessions yet: 'not yet', at once"
@@ -164,12 +164,13 @@ def test_train_step_trains_and_measures_the_lag(tmp_path, burn_in):
 
 
 def test_the_pace_and_the_presets():
-    exp = recurrent.make_experiment(None, recurrent.Args())
-    assert exp.updates_per_step == pytest.approx(8.0 / (16 * 25)) and exp.pace_slack == 32 * 25
+    exp = recurrent.make_experiment(recurrent.Args())
+    s = exp.run.settings
+    assert s.updates_per_step == pytest.approx(8.0 / (16 * 25)) and s.pace_slack == 32 * 25
     assert exp.make_env().observation_space.shape == (2,) and exp.args.reward_scale == 0.1
     assert exp.initial_memory(3)["h"].shape == (3, 64)
-    assert recurrent.make_experiment(None, recurrent.Args(net="ff")).initial_memory(3) == {}
-    full = recurrent.make_experiment(None, recurrent.Args(keep="all"))
+    assert recurrent.make_experiment(recurrent.Args(net="ff")).initial_memory(3) == {}
+    full = recurrent.make_experiment(recurrent.Args(keep="all"))
     assert full.make_env().observation_space.shape == (4,)
 
 
@@ -250,7 +251,7 @@ def test_doom_screen_keeps_the_screen_and_reports_timeouts_as_truncations(monkey
 
 def test_doom_frames_and_actions_for_the_agent(monkeypatch, tmp_path):
     need_vizdoom(monkeypatch, tmp_path)
-    exp = recurrent.make_experiment(None, recurrent.Args(env_id="VizdoomDefendCenter-v1"))
+    exp = recurrent.make_experiment(recurrent.Args(env_id="VizdoomDefendCenter-v1"))
     env = exp.make_env()
     assert env.observation_space.shape == (48, 80, 3) and env.action_space == gym.spaces.Discrete(3)
     assert [env.action(i) for i in range(3)] == [1, 2, 3]  # no-op dropped: turn left, turn right, attack
@@ -280,7 +281,7 @@ def test_doom_attention_replays_what_the_players_saw_and_draws_it(monkeypatch, t
     need_vizdoom(monkeypatch, tmp_path)
     db = connect(f"sqlite:///{tmp_path / 'a.db'}", "a")
     args = recurrent.Args(env_id="VizdoomDefendCenter-v1", attention=2, hidden=32, max_episode_steps=12)
-    exp = recurrent.make_experiment(db, args)
+    exp = recurrent.make_experiment(args)
     play(exp, db, batch_size=2, rounds=1, seed=0)
     batch = db.get_batch([1, 2])
     exp.prepare_training()
