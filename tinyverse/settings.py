@@ -10,7 +10,7 @@ from .errors import ExperimentError
 class Settings:
     """The core's settings and their defaults: an experiment's options dataclass inherits them
     (``class Args(tinyverse.Settings)``) and overrides the defaults it wants, and ``--set`` sets
-    one like any option. :mod:`tinyverse.declared` checks them."""
+    one like any option. ``tinyverse/declared.py`` checks them."""
 
     session_length: int = 25
     """ticks per recorded session (sessions may cross episode boundaries)"""
@@ -44,6 +44,7 @@ NAMES = [f.name for f in dataclasses.fields(Settings)]
 Resolved = dataclasses.make_dataclass(  # what the loops run with: read-only
     "Resolved", [(f.name, f.type, f.default) for f in dataclasses.fields(Settings)], frozen=True
 )
+Resolved.__module__ = __name__  # where the docs find it
 Resolved.__doc__ = "The settings of a run as the core resolved them (read-only)."
 
 
