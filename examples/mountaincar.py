@@ -23,9 +23,9 @@ class Args(Settings):  # the core's settings, with this file's defaults, and its
     session_length: int = 32
     play_batch_size: int = 4
     train_batch_size: int = 16
-    """sessions an update: 512 transitions"""
+    """default of train -b: sessions an update, 512 transitions"""
     prefetch: int = 0
-    """batches are cheap: fetch them in the training thread"""
+    """batches are cheap: fetched in the training thread"""
     updates_per_step: float | None = 0.25
     learning_starts: int = 2000
     env_id: str = "MountainCar-v0"

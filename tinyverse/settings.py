@@ -102,7 +102,7 @@ class Run:
 
     @property
     def options(self) -> dict | None:
-        """The run's resolved options (``dataclasses.asdict``), set by the loader; else None."""
+        """The run's resolved options as stored (tuples as lists), set by the loader; else None."""
         return self._options
 
     @property
