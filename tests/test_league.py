@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import run_cli
+from matplotlib.image import imread
 
 from tinyverse import league
 from tinyverse.database import connect
@@ -102,6 +103,8 @@ def test_players_store_every_game_and_info_and_eval_rate_them(db_url, prefix, tm
     order = [line.split()[0] for line in info.splitlines() if line.startswith(" " * 12)]
     assert sorted(order) == sorted(["beaten", "unbeaten", "v1", latest])
     assert order.index("v1") < order.index("beaten") and order.index("unbeaten") < order.index(latest)
+    run_cli(GAME, "plot", "-o", tmp_path / "curve.png", *where)
+    assert imread(tmp_path / "curve.png").shape[1] == 1600  # a fourth panel, the ratings: 20 inches at 80 dpi
 
 
 def test_eval_opponent_needs_an_experiment_that_reads_one(tmp_path, db_url, prefix):
@@ -115,9 +118,11 @@ def test_eval_opponent_needs_an_experiment_that_reads_one(tmp_path, db_url, pref
     assert bad.returncode == 1 and "argument --opponent: want a name such as random" in bad.stderr
 
 
-def test_a_game_without_a_named_opponent_stores_no_result(db_url, prefix):
+def test_a_game_without_a_named_opponent_stores_no_result(db_url, prefix, tmp_path):
     where = ["--db", db_url, "--prefix", prefix]
     run_cli(GAME, "play", "--rounds", "2", *where, "--set", "named=0")
     db = connect(db_url, prefix)
     assert db.metrics("games") == [] and len(db.metrics("episodes")) == 4
     assert "ratings" not in run_cli(GAME, "info", *where).stdout
+    run_cli(GAME, "plot", "-o", tmp_path / "curve.png", *where)
+    assert imread(tmp_path / "curve.png").shape[1] == 1200  # three panels
