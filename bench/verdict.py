@@ -3,6 +3,7 @@ same params (the snapshot ``passed``), for ``--target-passes`` K, on examples/ca
 
     python bench/verdict.py                                  # K = 1, 2, 3; 4 runs each
     python bench/verdict.py --passes 1 3 --runs 6 --target 475 --target-eval 10
+    python bench/verdict.py --experiment examples/dqn.py --set env_id=LunarLander-v3 --target 200 --passes 1 --runs 1
 
 Each run is ``python -m tinyverse examples/cartpole_dqn.py run --target-eval N --target-return X
 --target-passes K -n STEPS`` in a fresh temp dir (its own SQLite file), one at a time. Printed per run: the
@@ -31,18 +32,20 @@ VERDICT = re.compile(r"verdict on params v(\d+) \(snapshot passed\): (\S+) ± (\
 
 def one_run(passes: int, args) -> dict:
     with tempfile.TemporaryDirectory(prefix="tv-verdict-") as tmp:
-        cmd = [sys.executable, "-m", "tinyverse", str(ROOT / "examples" / "cartpole_dqn.py"), "run"]
+        experiment = Path(args.experiment).resolve()
+        cmd = [sys.executable, "-m", "tinyverse", str(experiment), "run", *[a for s in args.set for a in ("--set", s)]]
         cmd += ["--target-eval", str(args.target_eval), "--target-return", str(args.target)]
         cmd += ["--target-passes", str(passes), "-n", str(args.steps), "--db", f"sqlite:///{tmp}/run.db"]
         started = time.monotonic()
         proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=args.timeout)
         wall = time.monotonic() - started
-        db = connect(f"sqlite:///{tmp}/run.db", "cartpole_dqn", retry_for=5)
-        env_steps = db.env_steps(32)  # cartpole_dqn.py's session_length
+        db = connect(f"sqlite:///{tmp}/run.db", experiment.stem, retry_for=5)
+        env_steps = db.env_steps(args.session_length)
         db.close()
     evals = [float(m[2]) for m in EVAL.finditer(proc.stderr)]
     found = VERDICT.search(proc.stdout)
-    result = {"passes": passes, "wall_s": round(wall, 1), "rc": proc.returncode, "evals": evals}
+    result = {"experiment": experiment.name, "sets": args.set, "target": args.target}
+    result |= {"passes": passes, "wall_s": round(wall, 1), "rc": proc.returncode, "evals": evals}
     result["env_steps"] = env_steps
     result["warned"] = "differs from the verdict by more than their spread" in proc.stderr
     if found:
@@ -58,6 +61,9 @@ def main():
     parser.add_argument("--target", type=float, default=475)
     parser.add_argument("--target-eval", type=int, default=10)
     parser.add_argument("--steps", type=int, default=300_000)
+    parser.add_argument("--experiment", default=str(ROOT / "examples" / "cartpole_dqn.py"))
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="an option of the experiment")
+    parser.add_argument("--session-length", type=int, default=32, help="the experiment's, to count env steps")
     parser.add_argument("--timeout", type=float, default=1200)
     parser.add_argument("--out", default="verdict.jsonl")
     args = parser.parse_args()

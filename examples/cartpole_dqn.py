@@ -138,7 +138,9 @@ class CartPoleDQN(tinyverse.Experiment):
         for group in self.optimizer.param_groups:  # the schedule follows the shared update count
             group["lr"] = explore.linear(a.learning_rate, a.lr_end, self.updates / a.lr_updates)
         t = nstep_transitions(batch, a.n_step, a.gamma)  # cut at episode ends and at the end of the session
-        obs, next_obs = (torch.as_tensor(x).flatten(0, 1) for x in (t.observations, t.next_observations))
+        # float32 as act's: an env of integer observations (MiniGrid's uint8 image) trains too
+        obs = torch.as_tensor(t.observations, dtype=torch.float32).flatten(0, 1)
+        next_obs = torch.as_tensor(t.next_observations, dtype=torch.float32).flatten(0, 1)
         returns, discount = torch.as_tensor(t.returns).flatten(), torch.as_tensor(t.discounts).flatten()
         actions = torch.as_tensor(t.actions).flatten().long()
         with torch.no_grad():

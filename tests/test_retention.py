@@ -110,7 +110,7 @@ def test_a_draw_is_the_latest_or_uniform_over_the_kept_versions(db):
     drawn = [db.draw_params(rng=rng) for _ in range(60)]
     assert {v for v, _ in drawn} == {3, 6, 7}, "each kept version, and no named snapshot"
     assert all((params["w"] == v).all() for v, params in drawn)
-    with pytest.raises(ValueError, match="neither 'latest' nor 'uniform'"):
+    with pytest.raises(ValueError, match="not 'latest', 'uniform' or 'weighted'"):
         db.draw_params("best")
 
 

@@ -23,10 +23,12 @@ IDEA = ["experiment", "options", "player", "trainer", "params", "pace", "databas
 # default beside the primitives, decoding a shared header once); +74 for tunable options changed on a running prefix
 # (issue 52: options.py's tune, adopt and history, the tune mode, Control.put, the workers' adoption at a heartbeat,
 # info's history; the idea path +45); +38 for trainers keeping versions as snapshots (issue 53: keep_last and
-# keep_every declared and checked, Snapshots.retain and draw_params, the trainer's call); +147 for one channel of
-# settings (issue 51: tinyverse/settings.py's Settings, their resolution and the read-only run object, make_experiment
-# with or without db and options, the loops reading the resolved settings; the idea path +10: Experiment's run)
-TOTAL, IDEA_TOTAL, MODULE, FUNCTION = 4810, 1070, 200, 50
+# keep_every declared and checked, Snapshots.retain and draw_params, the trainer's call); +209 for game results and
+# ratings (issue 53: tinyverse/league.py 119, the player storing each game, eval's match score and --opponent, the
+# weighted draw; the idea path +10); +147 for one channel of settings (issue 51: tinyverse/settings.py's Settings,
+# their resolution and the read-only run object, make_experiment with or without db and options, the loops reading
+# the resolved settings; the idea path +10: Experiment's run)
+TOTAL, IDEA_TOTAL, MODULE, FUNCTION = 5019, 1080, 200, 50
 LONGER: dict[str, int] = {}  # no module is exempt any more
 
 

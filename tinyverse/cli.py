@@ -12,7 +12,7 @@ from pathlib import Path
 from . import __version__
 from .database import TOOL_WAIT, connect, url_from
 from .errors import TinyverseError, command, masked, typed
-from .evaluation import chosen, evaluate, put
+from .evaluation import against, chosen, evaluate, put
 from .flags import FLAGS, within
 from .loader import load_experiment, parse_set
 from .ops import export, launcher, monitor, plot, stop, tensorboard
@@ -42,19 +42,21 @@ def mode_train(args):
 
 def mode_eval(args):
     """Play N full episodes with the latest params (or --params: a snapshot's, a version's, a
-    file's); print each return, mean ± std."""
+    file's); print each return, mean ± std; with --opponent, a game's score against it."""
     record = None if args.no_record else args.record
     if args.params and export.a_file(args.params):  # no database: the file holds it all
         exp, meta, _ = export.load(args.params, args.experiment, args.options)
+        against(exp, args.opponent)
         evaluate(exp, None, args.episodes, record, args.seed, version=int(meta["version"]))
         return
     db = connect(args.url, args.prefix, TOOL_WAIT, create=False)
     exp = load_experiment(args.experiment, db, args.options)
+    games = against(exp, args.opponent) and db  # a match's games go into the ratings
     if args.params is None:
-        evaluate(exp, db, args.episodes, record, args.seed)
+        evaluate(exp, db, args.episodes, record, args.seed, games=games)
         return
     version = put(exp, db, chosen(db, args.params))
-    evaluate(exp, None, args.episodes, record, args.seed, version=version)
+    evaluate(exp, None, args.episodes, record, args.seed, version=version, games=games)
 
 
 def mode_tune(args):

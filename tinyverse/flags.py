@@ -7,6 +7,8 @@ import os
 import re
 from pathlib import Path
 
+from .league import NAME_RE
+
 # caps past which a size is a slip of the keyboard that would never answer (a billion envs built)
 MAX_ENVS = 10_000  # environments one player steps at once: for more, start more players
 MAX_BATCH = 1_000_000  # sessions a minibatch: the most a buffer keeps by default
@@ -45,6 +47,15 @@ def seconds(text: str) -> float:
     if not 0.1 <= (value := number(text)) <= 86400:
         raise argparse.ArgumentTypeError(f"want seconds from 0.1 to 86400, got {text!r}")
     return value
+
+
+def opponent(text: str) -> str:
+    """A game's opponent as an experiment names it: random, mcts:200, gnugo:1, v120, ..."""
+    if not NAME_RE.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"want a name such as random, mcts:200 or v120, got {text!r:.70}"
+        )
+    return text
 
 
 def output(text: str) -> str:
@@ -109,6 +120,7 @@ FLAGS = {
         ("--no-record", ON, "no video"),
         ("--seed", SEED, "seed of the first episode"),
         ("--params", {"metavar": "FILE|NAME"}, "export's file (no database), snapshot, vN, latest"),
+        ("--opponent", {"type": opponent}, "a game's opponent (random, mcts:200, v120): rated"),
     ],
     "info": [
         ("--watch", {"type": seconds, "nargs": "?", "const": 2.0}, "refresh every N s (default 2)"),

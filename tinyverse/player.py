@@ -11,6 +11,7 @@ from . import checks, declared, spaces
 from .database import Database
 from .every import Every
 from .experiment import Experiment
+from .league import opponent, result
 from .options import store
 from .pace import Pace
 from .params import sync_params
@@ -123,7 +124,7 @@ class Player:
             actions, self.memory, outputs = self.act(self.seen, self.memory)
             acted.append({"actions": actions, **outputs})
             for i, env in enumerate(self.envs):
-                o, r, terminated, truncated, _ = checks.step(env, actions[i])
+                o, r, terminated, truncated, info = checks.step(env, actions[i])
                 rec["rewards"][i, t] = r
                 rec["terminated"][i, t] = terminated
                 rec["truncated"][i, t] = truncated
@@ -132,7 +133,10 @@ class Player:
                 if terminated or truncated:
                     for k, v in spaces.flatten(self.space, o).items():
                         rec[f"final_{k}"][i, t] = v
-                    ended.append({"return": float(self.returns[i]), "length": int(self.lengths[i])})
+                    episode = {"return": float(self.returns[i]), "length": int(self.lengths[i])}
+                    if versus := opponent(info):  # a game: its result is stored too
+                        episode["opponent"] = versus
+                    ended.append(episode)
                     o = self._reset(i)
                 for k, v in spaces.flatten(self.space, o).items():
                     self.obs[k][i] = v
@@ -162,4 +166,10 @@ class Player:
             when = {"time": time.time(), "steps": steps, "worker": self.worker.id}
             when["version"] = self.version
             self.db.add_metrics("episodes", [e | when for e in ended])
+            games = [e for e in ended if "opponent" in e]
+            results = [
+                result(self.version, g["opponent"], g["return"], when["time"]) for g in games
+            ]
+            if results:
+                self.db.add_metrics("games", results)
             self.recent.extend(e["return"] for e in ended)

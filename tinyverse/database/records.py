@@ -68,8 +68,11 @@ HEARTBEAT.optional.update(place=str, waiting=(str, NONE), version=(int, NONE), t
 HEARTBEAT.optional.update(pushes=int, conflicts=int, steps_per_s=NUMBER, updates_per_s=NUMBER)
 EPISODE = Schema({"return": NUMBER, "time": NUMBER, "steps": int}, {"worker": str})
 EPISODE.optional["version"] = (int, NONE)  # of the params that played it
+EPISODE.optional["opponent"] = str  # a game's
+GAME = Schema({"side": str, "opponent": str, "score": NUMBER, "time": NUMBER}, {})  # league.result
 METRICS = {  # other kinds: any JSON object
     "episodes": EPISODE,
+    "games": GAME,
     "train": Schema({}, {"time": NUMBER, "updates": int, "loss": NUMBER, "worker": str}),
 }
 

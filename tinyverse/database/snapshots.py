@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from ..encoding import encode
 from ..errors import DatabaseError, command
+from ..league import games, weights
 from .control import Control
 from .records import number
 
@@ -18,6 +19,7 @@ VERDICT = "passed"  # the params that reached run's target, as its final eval an
 LATEST = "latest"  # no snapshot's name: the rolling params
 RETAINED = MAX_SNAPSHOTS // 2  # versions retain keeps at most: room for named ones beside
 NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+GAMES_READ = 2000  # the newest stored games a weighted draw reads
 
 
 class Snapshot(NamedTuple):
@@ -66,15 +68,21 @@ class Snapshots(Control):
             self.delete_snapshot(f"v{v}")  # one another trainer deleted first: no harm
 
     def draw_params(self, pick: str = "uniform", rng: random.Random | None = None) -> tuple | None:
-        """(version, params) of an opponent: the rolling params (``latest``), or ``uniform`` over
-        the versions kept (the ``vN`` snapshots); None if there are none."""
+        """(version, params) of an opponent: the rolling params (``latest``), or of the versions
+        kept (the ``vN`` snapshots) one drawn ``uniform``-ly or ``weighted`` towards those the
+        agent scores least against in the newest stored games (:func:`~tinyverse.league.weights`);
+        None if there are none."""
         if pick == LATEST:
             return self.load_params()
-        if pick != "uniform":
-            raise ValueError(f"pick {pick!r:.40} is neither 'latest' nor 'uniform'")
+        if pick not in ("uniform", "weighted"):
+            raise ValueError(f"pick {pick!r:.40} is not 'latest', 'uniform' or 'weighted'")
+        rng = rng or random
         names = [s.name for s in self.snapshots() if s.name == f"v{s.version}"]
-        (rng or random).shuffle(names)
-        for name in names:  # one deleted since the list (a trainer's retain): the next
+        chance = [1.0] * len(names)
+        if pick == "weighted":
+            chance = weights(names, games(self.metrics("games", GAMES_READ)))
+        keys = [rng.random() ** (1 / c) for c in chance]  # a weighted order (Efraimidis-Spirakis)
+        for _, name in sorted(zip(keys, names, strict=True), reverse=True):  # deleted: the next
             if (found := self.load_params(name)) is not None:
                 return found
         return None

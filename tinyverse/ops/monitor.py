@@ -9,6 +9,7 @@ import typing
 from .. import readable
 from ..database import TOOL_WAIT, Database, connect, masked
 from ..errors import TinyverseError, command, typed
+from ..league import games, table
 from ..loader import dataclass_of, import_file
 from ..options import history
 from ..settings import as_stored
@@ -143,6 +144,7 @@ def info_text(db: Database, last: int = 100) -> str:
         low, high = readable.number(min(returns)), readable.number(max(returns))
         summary = f"mean {readable.spread(returns)}, min {low}, max {high}"
         lines.append(f"  returns   last {len(returns)}: {summary}")
+    lines += table(played) if (played := games(db.metrics("games", 20_000))) else []
     return "\n".join(lines + _training_lines(db, {w["id"] for w in workers}, now))
 
 
@@ -179,9 +181,7 @@ def _worker_line(w: dict, saved, now: float) -> str:
         else f"{w.get('updates_per_s', 0):,.1f} updates/s"
     )
     used = f"  params v{w['version']}" if w.get("version") is not None else ""
-    used += (
-        f", lag {saved.version - w['version']}" if used and saved is not None else ""
-    )  # staleness
+    used += f", lag {saved.version - w['version']}" if used and saved is not None else ""
     used += (
         f"  {w['pushes']:,} pushes, {w.get('conflicts', 0):,} races lost" if w.get("pushes") else ""
     )

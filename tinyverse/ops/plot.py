@@ -1,10 +1,12 @@
 """``plot``: learning curves on the run's own clocks (env steps, active wall time, the run's
 updates), so that a run stopped and continued draws on where it left off."""
 
+import re
 from pathlib import Path
 
 import numpy as np
 
+from .. import league
 from ..database import TOOL_WAIT, connect
 from ..errors import TinyverseError, install
 
@@ -34,8 +36,22 @@ def loss_series(train: list[dict]) -> list[tuple[float, float]]:
     return points
 
 
+def rating_curve(ax, played: list[tuple[str, str, float]]) -> None:
+    """Draw the Elo of each params version that played games (:mod:`tinyverse.league`) against
+    its version, and the fixed opponents' as lines."""
+    found = league.ratings(played)
+    versions = sorted((int(r.name[1:]), r.elo) for r in found if re.fullmatch(r"v[0-9]+", r.name))
+    if versions:
+        ax.plot(*zip(*versions, strict=True), ".-", label="params versions")
+    for r in (r for r in found if not re.fullmatch(r"v[0-9]+", r.name)):
+        ax.axhline(r.elo, linestyle="--", linewidth=1, color="gray")
+        ax.annotate(r.name, (0, r.elo), xycoords=("axes fraction", "data"), fontsize=8)
+    ax.set(xlabel="params version", ylabel="Elo", title=f"{len(played):,} games")
+
+
 def mode_plot(args):
-    """Draw learning curves: return vs env steps and active wall time, loss vs the run's updates."""
+    """Draw learning curves: return vs env steps and active wall time, loss vs the run's updates,
+    and of games, the Elo of each params version."""
     try:
         from matplotlib.figure import Figure
     except ImportError:
@@ -51,8 +67,9 @@ def mode_plot(args):
     idle = f"active wall time (min; pauses over {IDLE / 60:g} min left out)"
     curves = {"env steps": [m["steps"] for m in episodes]}
     curves[idle] = active_minutes([m["time"] for m in episodes])
-    fig = Figure(figsize=(15, 4), layout="tight")
-    axes = fig.subplots(1, 3)
+    played = league.games(db.metrics("games", 20_000))
+    fig = Figure(figsize=(20 if played else 15, 4), layout="tight")
+    axes = fig.subplots(1, 4 if played else 3)
     for ax, (label, x) in zip(axes, curves.items(), strict=False):
         ax.plot(x, returns, ".", alpha=0.3, label="episode")
         smooth = np.convolve(returns, np.ones(k) / k, mode="valid")
@@ -65,6 +82,8 @@ def mode_plot(args):
     if losses:
         axes[2].plot(*zip(*losses, strict=True), ".-")
         axes[2].set_yscale("log" if min(v for _, v in losses) > 0 else "linear")
+    if played:
+        rating_curve(axes[3], played)
     fig.suptitle(f"{db.prefix}: {len(returns)} episodes")
     try:
         fig.savefig(args.output, dpi=80)
