@@ -187,10 +187,14 @@ def test_every_setting_is_checked_and_listed_with_its_help():
     assert all(re.fullmatch(r"\w+=\S+ \([^()]*\): .+", line) for line in lines), "a docstring under each field"
 
 
-def test_local_params_survive_the_json_of_the_stored_options(tmp_path, db):
+def test_local_params_are_set_as_comma_separated_globs_and_survive_the_json_of_the_stored_options(tmp_path, db):
     path = write(tmp_path, "new.py", NEW)
     first = load_experiment(path, db)
     store(first.run, db)
     later = load_experiment(path, db)  # adopts the stored options: a list where the file says a tuple
     store(later.run, db)
     assert later.run.settings.local_params == ["w"] and np.array_equal(later.get_params()["w"], np.zeros(2))
+    assert load_experiment(path, db, {"local_params": "w"}).run.settings.local_params == ["w"]  # the stored: fine
+    with pytest.raises(ExperimentError, match="conflicts with local_params=\\['w'\\]"):
+        load_experiment(path, db, {"local_params": "target.*,w"})
+    assert load_experiment(path, None, {"local_params": "target.*,w"}).run.settings.local_params == ["target.*", "w"]

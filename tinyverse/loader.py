@@ -126,13 +126,16 @@ def typed(kind: type, path: str, given: dict[str, str]) -> dict:
 
 
 def _parse(key: str, text: str, hint):
-    """``text`` as the field's type: bool, int, float or str ("none" for an optional field)."""
+    """``text`` as the field's type: bool, int, float, str or globs (``tuple[str, ...]``,
+    comma-separated); "none" for an optional field."""
     union = typing.get_origin(hint) in (typing.Union, types.UnionType)
     kinds = [k for k in typing.get_args(hint) if k is not type(None)] if union else [hint]
     if union and text.lower() == "none":
         return None
+    if kinds == [tuple[str, ...]]:  # globs, comma-separated: a list, as the options are stored
+        return [part for part in text.split(",") if part]
     if len(kinds) != 1 or kinds[0] not in (bool, int, float, str):
-        fix = "only bool, int, float and str options can be set"
+        fix = "only bool, int, float, str and tuple[str, ...] options can be set"
         raise ExperimentError(f"option {key} has type {hint}: {fix}")
     try:
         return BOOLS[text.lower()] if kinds[0] is bool else kinds[0](text)

@@ -100,6 +100,7 @@ def load(path: str, experiment: str, options: dict[str, str]) -> tuple[Experimen
     spell = {True: "true", False: "false", None: "none"}  # stored values as --set texts, a user's
     stored = (meta["options"] or {}).items()
     texts = {k: spell[v] if v is None or isinstance(v, bool) else str(v) for k, v in stored}
+    texts |= {k: ",".join(map(str, v)) for k, v in stored if isinstance(v, list)}  # local_params
     try:
         exp = load_experiment(experiment, None, {**texts, **options})
         fix = "drop the --set options that change the network"
