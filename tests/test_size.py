@@ -26,7 +26,7 @@ IDEA = ["experiment", "options", "player", "trainer", "params", "pace", "databas
 # keep_every declared and checked, Snapshots.retain and draw_params, the trainer's call); +209 for game results and
 # ratings (issue 53: tinyverse/league.py 119, the player storing each game, eval's match score and --opponent, the
 # weighted draw; the idea path +10)
-TOTAL, IDEA_TOTAL, MODULE, FUNCTION = 4872, 1070, 200, 50
+TOTAL, IDEA_TOTAL, MODULE, FUNCTION = 4874, 1070, 200, 50
 LONGER: dict[str, int] = {}  # no module is exempt any more
 
 
