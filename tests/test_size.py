@@ -26,8 +26,9 @@ IDEA = ["experiment", "options", "player", "trainer", "params", "pace", "databas
 # keep_every declared and checked, Snapshots.retain and draw_params, the trainer's call); +209 for game results and
 # ratings (issue 53: tinyverse/league.py 119, the player storing each game, eval's match score and --opponent, the
 # weighted draw, the game record's schema, plot's rating curve; the idea path +10); +2 for a spread of equal returns
-# printed as 0, not 1.11e-16 (issue 52: readable.spread)
-TOTAL, IDEA_TOTAL, MODULE, FUNCTION = 4874, 1070, 200, 50
+# printed as 0, not 1.11e-16 (issue 52: readable.spread); +2 for --help marking tunable options and run's default of
+# 2 greedy passes (issue 52)
+TOTAL, IDEA_TOTAL, MODULE, FUNCTION = 4876, 1070, 200, 50
 LONGER: dict[str, int] = {}  # no module is exempt any more
 
 

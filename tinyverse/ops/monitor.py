@@ -83,6 +83,7 @@ def describe(factory, stored: dict | None = None) -> list[str]:
         shown = "required" if default is dataclasses.MISSING else repr(default)
         now = f", stored {stored[f.name]!r}" if stored.get(f.name, default) != default else ""
         kind_name = getattr(hints[f.name], "__name__", str(hints[f.name]))
+        now += ", tunable" if f.name in getattr(kind, "TUNABLE", ()) else ""  # tune --set takes it
         lines.append(f"{f.name}={shown} ({kind_name}{now}): {docs.get(f.name, '')}".rstrip(": "))
     return lines
 
