@@ -30,9 +30,9 @@ def workers(db, role: str) -> list[dict]:
 # -- run ---------------------------------------------------------------------------------------------------------------
 def test_run_target_eval_holds_the_target_against_greedy_episodes_not_the_training_returns(tmp_path):
     # every episode is cut at 5 steps: the training returns reach 5 at once, yet run waits for two greedy evals in a
-    # row (the default --target-passes with --target-eval), 30 s apart, to stop; the trainer publishes on (each 100 updates, and as it stops) after that eval, yet the final
-    # eval plays the very params that eval judged, kept as the snapshot passed (it played the newest ones, another
-    # version, before)
+    # row (the default --target-passes with --target-eval), 30 s apart, to stop; the trainer publishes on (each 100
+    # updates, and as it stops) after that eval, yet the final eval plays the very params that eval judged, kept as
+    # the snapshot passed (it played the newest ones, another version, before)
     url = sqlite(tmp_path)
     args = ["--target-return", "5", "--target-eval", "3", "--eval-episodes", "3", "--set", "max_steps=5"]
     started = time.monotonic()
