@@ -2,7 +2,7 @@
 
     pip install -e '.[examples,games]'
     python -m tinyverse examples/go.py run                                # Go 9x9; --set game=connect_four ...
-    python -m tinyverse examples/go.py eval -n 50 --set opponent=random   # or mcts:200, gnugo:1, league, v120
+    python -m tinyverse examples/go.py eval -n 50 --opponent random    # or mcts:200, gnugo:1, league, v120
 
 dqn.py's improvements on a board: double Q-learning, dueling heads, n-step returns and Ape-X's spread of epsilons,
 illegal moves masked in the greedy move, in exploration (uniform over the legal ones) and in the bootstrap's max.
@@ -34,16 +34,18 @@ CACHED_NETS = 8  # networks of stored versions a player keeps loaded for its lea
 
 @dataclass
 class Args:
-    TUNABLE = ("learning_rate", "tau", "eps_start", "eps_updates", "opponent", "league_games", "tightening_penalty")
+    TUNABLE = ("learning_rate", "tau", "eps_start", "eps_updates", "tightening_penalty")  # tune --set: read each step
     game: str = "go"
     """an OpenSpiel two-player game with a board of planes: go, tic_tac_toe, connect_four, othello, ..."""
     board_size: int = 9
     """Go's board (other games ignore it)"""
     opponent: str = "self"
     """the other seat: self (the agent, both seats), league (a stored version drawn at each game), latest, vN or a
-    snapshot's name, random, mcts:SIMULATIONS, gnugo:LEVEL; tuned, it reaches environments made afterwards"""
+    snapshot's name, random, mcts:SIMULATIONS, gnugo:LEVEL (eval --opponent NAME: another, for that eval only)"""
     league_games: float = 0.2
     """with opponent self: the share of games played against a league opponent instead"""
+    league_pick: str = "uniform"
+    """how the league draws a kept version: uniform, or weighted towards those the agent scores least against"""
     channels: int = 32
     """channels of each 3x3 convolution"""
     layers: int = 2
@@ -202,6 +204,8 @@ class GoDQN(tinyverse.Experiment):
         self.args = a = args or Args()
         self.game_params = {"board_size": a.board_size} if a.game == "go" else {}
         self.game = games.load(a.game, **self.game_params)
+        if a.league_pick not in ("uniform", "weighted"):
+            raise games.GameError(f"league_pick={a.league_pick!r}: choose uniform or weighted")
         self.shape = tuple(self.game.observation_tensor_shape())
         if len(self.shape) != 3:
             raise games.GameError(f"{a.game}'s observation is {self.shape}, not planes (C, H, W): choose another game")
@@ -250,11 +254,11 @@ class GoDQN(tinyverse.Experiment):
         return games.Drawn(lambda: fixed, self.game)
 
     def draw(self, spec: str) -> tuple | None:
-        """A league opponent's (name, policy) for the next game: a kept version drawn uniformly (league), else the
-        latest params; None (random play) while none are stored."""
+        """A league opponent's (name, policy) for the next game: a kept version drawn as ``league_pick`` says
+        (league), else the latest params; None (random play) while none are stored."""
         if self.db is None:
             return None
-        found = self.db.draw_params("uniform") if spec == "league" else None
+        found = self.db.draw_params(self.args.league_pick) if spec == "league" else None
         found = found or self.db.find_params("latest")
         return None if found is None else self.greedy_policy(*found)
 

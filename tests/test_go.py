@@ -202,6 +202,10 @@ def test_the_league_opponent_plays_stored_params_and_falls_back_to_the_latest_th
         if info["seat"] == 0:
             obs, _, _, _, info = env.step(0)
         assert info["opponent"] == "v5" and 8 in env.unwrapped.state.history()
+    weighted = go.make_experiment(db, go.Args(game="tic_tac_toe", opponent="league", league_pick="weighted"))
+    assert weighted.make_env().reset()[1]["opponent"] == "v5", "towards the versions the agent loses to: still v5"
+    with pytest.raises(games.GameError, match="league_pick='best': choose uniform or weighted"):
+        go.make_experiment(db, go.Args(league_pick="best"))
     fixed = go.make_experiment(db, go.Args(game="tic_tac_toe", opponent="v1")).make_env()
     fixed.reset()
     assert fixed.reset()[1]["opponent"] == "v1" and fixed.unwrapped.state.history() == [4]
@@ -227,8 +231,8 @@ def test_play_train_and_eval_through_the_cli_on_tic_tac_toe(tmp_path):
     options = sets(game="tic_tac_toe", learning_starts=0, session_length=8, league_games=0)
     run_cli(GO, "play", "-n", "2", "-b", "3", *where, *options, cwd=tmp_path, timeout=90)
     run_cli(GO, "train", "-n", "3", "-b", "2", *where, cwd=tmp_path, timeout=90)
-    out = run_cli(GO, "eval", "-n", "4", "--no-record", *where, "--set", "opponent=random", cwd=tmp_path).stdout
-    assert "mean return" in out and "params v2" in out
+    out = run_cli(GO, "eval", "-n", "4", "--no-record", *where, "--opponent", "random", cwd=tmp_path).stdout
+    assert "params v2" in out and "against random: " in out and "of 4: score" in out
     db = tinyverse.connect(url, "go", retry_for=5)
     try:
         batch = db.get_batch(list(range(1, 7)))
