@@ -17,7 +17,8 @@ to move, the reward from the seat that made the last move; ``random``; ``mcts:N`
 ``gnugo:L``, GnuGo at level L over GTP (opponents.py); a callable ``policy(obs) -> action``; ``Drawn`` (a policy
 drawn at each reset) and ``Mixture`` (an opponent drawn at each reset); or an object with ``reset(seat, seed)``,
 ``move(state) -> action`` (None resigns: the agent wins), ``close()`` and a ``name``, which every step's and
-reset's info carries as ``info["opponent"]``. Go: komi 7.5, Tromp-Taylor scoring, a repeated position a draw.
+reset's info carries as ``info["opponent"]`` (tinyverse stores each game's result by it), but in self-play.
+Go: komi 7.5, Tromp-Taylor scoring, a repeated position a draw.
 """
 
 import gymnasium as gym
@@ -228,7 +229,7 @@ class GameEnv(gym.Env):
         if self.opponent.name == SELF:  # self-play: the agent has the seat to move, whichever it is
             self.seat = self.state.current_player()
         self._opponent_moves()
-        return self.observe(self.state, self.seat), {"seat": self.seat, "opponent": self.opponent.name}
+        return self.observe(self.state, self.seat), self._named({"seat": self.seat})
 
     def step(self, action):
         if self.state is None or self._over():
@@ -240,8 +241,13 @@ class GameEnv(gym.Env):
         if self.opponent.name == SELF and not self.state.is_terminal():
             self.seat = self.state.current_player()  # the agent moves again, on the other seat (or the same)
         self._opponent_moves()  # none in self-play: the seat to move is the agent's
-        info = {"seat": self.seat, "resigned": self.resigned, "opponent": self.opponent.name}
+        info = self._named({"seat": self.seat, "resigned": self.resigned})
         return self.observe(self.state, self.seat), self._reward(mover), self._over(), False, info
+
+    def _named(self, info: dict) -> dict:
+        """``info`` with ``opponent``, the opponent's name, by which tinyverse rates the game's result; a self-play
+        game names none: it has no opponent, and its reward is the last mover's, not the agent's against anyone."""
+        return info if self.opponent.name == SELF else info | {"opponent": self.opponent.name}
 
     def _opponent_moves(self) -> None:
         """Let the opponent move until it is the agent's turn, the game ends, or it resigns."""
