@@ -9,13 +9,16 @@ An observation is a Dict: ``board``, the game's observation tensor from the agen
 games in BINARY, float32 for others; Go's planes are absolute: black, white, empty, white to play);
 ``action_mask``, 1 for each legal action; ``moves``, the actions so far padded with -1 to the game's maximum
 length, from which ``replay`` rebuilds the position; ``seat``. Actions are ``Discrete(num_distinct_actions)``.
-The reward is the agent's return (+1 win, -1 loss, 0 draw) at the end of the game (``terminated``).
+The reward is the mover's return (+1 win, -1 loss, 0 draw) at the end of the game (``terminated``).
 An illegal action is never played: ``step`` raises IllegalMove and leaves the game as it was (mapping it to a
 legal move would record one action and play another, and hide an agent that does not mask).
-Opponents (``parse_opponent``): ``random``; ``mcts:N``, OpenSpiel's C++ MCTS, N simulations of one random
-rollout each; ``gnugo:L``, GnuGo at level L over GTP (opponents.py); a callable ``policy(obs) -> action`` of
-the opponent's own observation; or an object with ``reset(seat, seed)``, ``move(state) -> action`` (None
-resigns: the agent wins) and ``close()``. Go: komi 7.5, Tromp-Taylor scoring, a repeated position a draw.
+Opponents (``parse_opponent``): ``self``, self-play: the agent plays both seats, each observation from the seat
+to move, the reward from the seat that made the last move; ``random``; ``mcts:N``, OpenSpiel's C++ MCTS;
+``gnugo:L``, GnuGo at level L over GTP (opponents.py); a callable ``policy(obs) -> action``; ``Drawn`` (a policy
+drawn at each reset) and ``Mixture`` (an opponent drawn at each reset); or an object with ``reset(seat, seed)``,
+``move(state) -> action`` (None resigns: the agent wins), ``close()`` and a ``name``, which every step's and
+reset's info carries as ``info["opponent"]`` (tinyverse stores each game's result by it), but in self-play.
+Go: komi 7.5, Tromp-Taylor scoring, a repeated position a draw.
 """
 
 import gymnasium as gym
@@ -35,6 +38,7 @@ BINARY = ("go", "tic_tac_toe", "connect_four", "othello", "breakthrough", "hex")
 # 16% of 1,000 random 9x9 games short, each scored mid-fight; 4 a point (324) cut 0.5%. Random play is where every
 # learner starts; the moves array grows with it (324 int16, 648 bytes an observation).
 GO_MOVES_A_POINT = 4
+SELF = "self"  # the opponent of self-play: none, the agent plays both seats
 
 
 class GameError(TinyverseError):
@@ -106,7 +110,9 @@ def replay(game: "pyspiel.Game", moves: np.ndarray) -> "pyspiel.State":
 
 
 class Policy(Opponent):
-    """A callable ``policy(obs) -> action`` (later: a stored snapshot of the agent) of its own seat's view."""
+    """A callable ``policy(obs) -> action`` of its own seat's view."""
+
+    name = "policy"
 
     def __init__(self, policy, game: "pyspiel.Game"):
         self.policy = policy
@@ -117,20 +123,80 @@ class Policy(Opponent):
         return None if action is None else int(action)
 
 
+class Drawn(Policy):
+    """A policy drawn anew at each reset by ``draw() -> (name, policy) | None`` (a stored snapshot of the agent,
+    named ``vN``: a league), which plays its own seat's view; uniform random play, named ``random``, while it
+    draws none."""
+
+    def __init__(self, draw, game: "pyspiel.Game"):
+        super().__init__(None, game)
+        self.draw = draw
+        self.fallback = Random()
+        self.name = "random"
+
+    def reset(self, seat: int, seed: int) -> None:
+        self.fallback.reset(seat, seed)
+        drawn = self.draw()
+        self.name, self.policy = ("random", None) if drawn is None else drawn
+
+    def move(self, state: "pyspiel.State") -> int | None:
+        return self.fallback.move(state) if self.policy is None else super().move(state)
+
+
+class SelfPlay(Opponent):
+    """The opponent ``self``: none. GameEnv leaves both seats to the agent in a game whose opponent is named so."""
+
+    name = SELF
+
+    def move(self, state: "pyspiel.State") -> int | None:
+        raise GameError("self-play has no opponent to move: GameEnv leaves both seats to the agent")
+
+
+class Mixture(Opponent):
+    """At each reset, one of ``opponents`` drawn with probabilities ``weights``: it plays that game and names it
+    (``self``: the agent plays both seats of that game)."""
+
+    def __init__(self, opponents: list, weights: list[float]):
+        if len(opponents) != len(weights) or min(weights) < 0 or sum(weights) <= 0:
+            raise GameError(f"a mixture of {len(opponents)} opponents, weights {weights}: give each a weight >= 0")
+        self.opponents = opponents
+        self.weights = np.asarray(weights, np.float64) / sum(weights)
+        self.current = opponents[0]
+
+    @property
+    def name(self) -> str:
+        return self.current.name
+
+    def reset(self, seat: int, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        self.current = self.opponents[rng.choice(len(self.opponents), p=self.weights)]
+        self.current.reset(seat, int(rng.integers(2**31)))
+
+    def move(self, state: "pyspiel.State") -> int | None:
+        return self.current.move(state)
+
+    def close(self) -> None:
+        for opponent in self.opponents:
+            opponent.close()
+
+
 def parse_opponent(spec, game: "pyspiel.Game"):
-    """An opponent from ``random``, ``mcts:SIMULATIONS``, ``gnugo:LEVEL`` (Go), a callable or an opponent."""
+    """An opponent from ``self``, ``random``, ``mcts:SIMULATIONS``, ``gnugo:LEVEL`` (Go), a callable or an
+    opponent."""
     if hasattr(spec, "move"):
         return spec
     if callable(spec):
         return Policy(spec, game)
     name, _, arg = str(spec).partition(":")
+    if spec == SELF:
+        return SelfPlay()
     if name == "random" and not arg:
         return Random()
     if name == "mcts" and arg.isdigit() and int(arg) > 0:
         return MCTS(game, int(arg))
     if name == "gnugo" and arg.isdigit():
         return GnuGo(game, int(arg))
-    raise GameError(f"opponent {spec!r}: choose random, mcts:SIMULATIONS or gnugo:LEVEL, e.g. mcts:200")
+    raise GameError(f"opponent {spec!r}: choose self, random, mcts:SIMULATIONS or gnugo:LEVEL, e.g. mcts:200")
 
 
 class GameEnv(gym.Env):
@@ -160,18 +226,28 @@ class GameEnv(gym.Env):
         self.state = self.game.new_initial_state()
         self.resigned = False
         self.opponent.reset(self.seat, int(self.np_random.integers(2**31)))
+        if self.opponent.name == SELF:  # self-play: the agent has the seat to move, whichever it is
+            self.seat = self.state.current_player()
         self._opponent_moves()
-        return self.observe(self.state, self.seat), {"seat": self.seat}
+        return self.observe(self.state, self.seat), self._named({"seat": self.seat})
 
     def step(self, action):
         if self.state is None or self._over():
             raise GameError("step() after the game ended: call reset() first")
         if not (0 <= action < self.action_space.n and self.state.legal_actions_mask(self.seat)[action]):
             raise IllegalMove(f"action {action} is illegal here: choose one that obs['action_mask'] marks 1")
+        mover = self.seat
         self.state.apply_action(int(action))
-        self._opponent_moves()
-        info = {"seat": self.seat, "resigned": self.resigned}
-        return self.observe(self.state, self.seat), self._reward(), self._over(), False, info
+        if self.opponent.name == SELF and not self.state.is_terminal():
+            self.seat = self.state.current_player()  # the agent moves again, on the other seat (or the same)
+        self._opponent_moves()  # none in self-play: the seat to move is the agent's
+        info = self._named({"seat": self.seat, "resigned": self.resigned})
+        return self.observe(self.state, self.seat), self._reward(mover), self._over(), False, info
+
+    def _named(self, info: dict) -> dict:
+        """``info`` with ``opponent``, the opponent's name, by which tinyverse rates the game's result; a self-play
+        game names none: it has no opponent, and its reward is the last mover's, not the agent's against anyone."""
+        return info if self.opponent.name == SELF else info | {"opponent": self.opponent.name}
 
     def _opponent_moves(self) -> None:
         """Let the opponent move until it is the agent's turn, the game ends, or it resigns."""
@@ -184,11 +260,12 @@ class GameEnv(gym.Env):
                 raise GameError(f"the opponent chose the illegal action {action}: fix {type(self.opponent).__name__}")
             self.state.apply_action(int(action))
 
-    def _reward(self) -> float:
-        """The agent's return at the end (an opponent that resigns loses), 0 before."""
+    def _reward(self, mover: int) -> float:
+        """The return of ``mover``, the seat that made the last move (the agent's), at the end (an opponent that
+        resigns loses), 0 before. In self-play the observation at the end is the mover's too."""
         if self.resigned:
             return 1.0
-        return self.state.returns()[self.seat] if self.state.is_terminal() else 0.0
+        return self.state.returns()[mover] if self.state.is_terminal() else 0.0
 
     def _over(self) -> bool:
         return self.resigned or self.state.is_terminal()

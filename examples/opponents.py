@@ -1,6 +1,7 @@
 """The opponents of games.GameEnv that need no agent: uniform random, OpenSpiel's MCTS, GnuGo over GTP.
 
-Each is an ``Opponent``: ``reset(seat, seed)``, ``move(state) -> action`` (None resigns), ``close()``.
+Each is an ``Opponent``: ``reset(seat, seed)``, ``move(state) -> action`` (None resigns), ``close()``, and a
+``name``, the spec that makes it (``random``, ``mcts:200``, ``gnugo:1``), which GameEnv puts in every info.
 GnuGo is Debian's ``apt-get install gnugo``, in /usr/games, off root's PATH.
 """
 
@@ -27,6 +28,8 @@ class EngineError(TinyverseError):
 class Opponent:
     """What games.GameEnv asks of an opponent; this base does nothing between moves."""
 
+    name = "opponent"  #: who plays, as GameEnv's info["opponent"] says it: set by each kind (at reset, if drawn)
+
     def reset(self, seat: int, seed: int) -> None:
         """A new game, in which the opponent plays ``1 - seat``; ``seed`` seeds its randomness, if any."""
 
@@ -40,6 +43,8 @@ class Opponent:
 
 class Random(Opponent):
     """Uniform over the legal moves."""
+
+    name = "random"
 
     def reset(self, seat: int, seed: int) -> None:
         self.rng = np.random.default_rng(seed)
@@ -56,6 +61,7 @@ class MCTS(Opponent):
         self.game = game
         self.simulations = simulations
         self.uct_c = uct_c
+        self.name = f"mcts:{simulations}"
 
     def reset(self, seat: int, seed: int) -> None:
         self.evaluator = pyspiel.RandomRolloutEvaluator(1, seed)  # kept here: the bot holds it by reference
@@ -92,6 +98,7 @@ class GnuGo(Opponent):
         if not os.access(binary, os.X_OK):
             raise EngineError(f"no GnuGo at {binary}: apt-get install gnugo")
         self.size = params["board_size"]
+        self.name = f"gnugo:{level}"
         self.binary = binary
         self.timeout = timeout
         self.sent = 0  # the moves of the game GnuGo has been told

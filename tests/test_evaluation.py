@@ -92,3 +92,15 @@ def test_eval_prints_returns_with_three_significant_digits_and_the_lengths(db, c
     assert lines[1] == "episode 2/2: return 0.192, length 4"
     assert lines[2] == "mean return 0.575 ± 0.383 over 2 episodes (random init: no params)"
     assert lines[3] == "mean length 12.0 ± 8.00 steps, min 4, max 20"
+
+
+class Solved(FakeExperiment):
+    """Ten equal returns of 0.9578125 (MiniGrid's 1 - 0.9 x 12/256), whose std NumPy computes as 1.11e-16."""
+
+    def make_env(self, render_mode=None):
+        return Scripted([1] * 10, reward=1 - 0.9 * 12 / 256)
+
+
+def test_equal_returns_have_no_spread(db, capsys):
+    evaluate(Solved(db), db, 10)
+    assert "mean return 0.958 ± 0 over 10 episodes (random init: no params)" in capsys.readouterr().out.splitlines()

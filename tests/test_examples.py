@@ -111,7 +111,7 @@ def test_numpy_example_needs_no_deep_learning_framework():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
-DOCUMENTED = [*EXAMPLES, "recurrent.py", "racing.py", "alphazero.py"]
+DOCUMENTED = [*EXAMPLES, "recurrent.py", "racing.py", "alphazero.py", "go.py"]
 SHARED = ["common.py", "wrappers.py"]
 
 

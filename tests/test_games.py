@@ -71,7 +71,7 @@ def test_rewards_are_the_agents_at_the_end_of_the_game(seat, agent, opponent, re
     env = games.GameEnv("tic_tac_toe", opponent=script(*opponent), seat=seat, seed=0)
     obs, _ = env.reset()
     got, info = play(env, script(*agent), obs)
-    assert got == rewards and info == {"seat": seat, "resigned": False}
+    assert got == rewards and info == {"seat": seat, "resigned": False, "opponent": "policy"}
     assert env.state.is_terminal()
 
 
@@ -147,7 +147,7 @@ def test_go_is_9x9_with_komi_and_room_for_long_games():
         ("kuhn_poker", {}, "not a two-player turn-based game of perfect information"),
         ("go", {"opponent": "mcts"}, "opponent 'mcts': choose"),
         ("go", {"opponent": "mcts:0"}, "opponent 'mcts:0': choose"),
-        ("go", {"opponent": "alphazero:1"}, "choose random, mcts:SIMULATIONS or gnugo:LEVEL"),
+        ("go", {"opponent": "alphazero:1"}, "choose self, random, mcts:SIMULATIONS or gnugo:LEVEL"),
         ("go", {"opponent": "gnugo:11"}, "choose a level from 0 to 10"),
         ("tic_tac_toe", {"opponent": "gnugo:1"}, "GnuGo plays Go"),
         ("go", {"seat": 2}, "seat=2: choose 0"),
@@ -159,13 +159,36 @@ def test_bad_input_is_one_line_naming_the_fix(game, params, says):
     assert "\n" not in str(caught.value)
 
 
-def test_the_spec_parser_builds_each_opponent():
+def test_the_spec_parser_builds_each_opponent_named_by_its_spec():
     game = games.load("connect_four")
     assert isinstance(games.parse_opponent("random", game), opponents.Random)
     mcts = games.parse_opponent("mcts:200", game)
     assert isinstance(mcts, opponents.MCTS) and mcts.simulations == 200
     assert isinstance(games.parse_opponent(lambda obs: 0, game), games.Policy)
+    assert isinstance(games.parse_opponent("self", game), games.SelfPlay)
     assert games.parse_opponent(mcts, game) is mcts
+    names = [games.parse_opponent(spec, game).name for spec in ("random", "mcts:200", "self", lambda obs: 0)]
+    assert names == ["random", "mcts:200", "self", "policy"]
+    for spec in ("random", "mcts:20"):  # every reset's and step's info names the opponent
+        env = games.GameEnv("connect_four", opponent=spec, seat=0, seed=0)
+        assert env.reset()[1]["opponent"] == env.step(3)[4]["opponent"] == spec
+
+
+def test_a_mixture_draws_an_opponent_a_game_and_self_play_leaves_both_seats_to_the_agent():
+    drawn = games.Drawn(lambda: ("v7", lambda obs: int(np.flatnonzero(obs["action_mask"])[-1])), games.load("go"))
+    env = games.GameEnv("go", opponent=games.Mixture([games.SelfPlay(), drawn], [1, 3]), seed=0)
+    seen = []
+    for _ in range(40):
+        obs, info = env.reset()
+        seen.append(info.get("opponent", "self"))  # self-play names no opponent: no result is rated
+        obs, _, _, _, info = env.step(40)
+        if "opponent" not in info:  # self-play: the agent moves again, as White
+            assert obs["seat"] == info["seat"] == 1 and env.state.history() == [40]
+        else:  # the drawn policy played its last legal move (a pass) after the agent's, or before it
+            assert 81 in env.state.history() and obs["seat"] == info["seat"] == env.seat
+    assert 5 <= seen.count("self") <= 15 and seen.count("v7") == 40 - seen.count("self"), seen
+    nothing = games.GameEnv("tic_tac_toe", opponent=games.Drawn(lambda: None, games.load("tic_tac_toe")), seat=1)
+    assert nothing.reset(seed=0)[1]["opponent"] == "random" and len(nothing.state.history()) == 1
 
 
 def test_mcts_with_200_simulations_beats_random_play():

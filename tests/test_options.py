@@ -29,6 +29,7 @@ def test_help_lists_the_options_with_type_default_stored_value_and_docstring(tmp
     before = run_cli(FAKE, "play", "--help", "--db", url).stdout
     assert "options of" in before and "w_rows=4 (int): rows of w: 5 makes params of another shape" in before
     assert "max_steps=None (int | None): episode step limit" in before
+    assert "epsilon=0.1 (float, tunable): players' random-action probability" in before  # in TUNABLE: tune takes it
     run_cli(FAKE, "play", "-n", "1", "-q", "--db", url, "--set", "w_rows=5")
     after = run_cli(FAKE, "train", "--help", "--db", url).stdout
     assert "w_rows=4 (int, stored 5): rows of w" in after, after

@@ -25,10 +25,12 @@ IDEA = ["experiment", "options", "player", "trainer", "params", "pace", "databas
 # info's history; the idea path +45); +38 for trainers keeping versions as snapshots (issue 53: keep_last and
 # keep_every declared and checked, Snapshots.retain and draw_params, the trainer's call); +209 for game results and
 # ratings (issue 53: tinyverse/league.py 119, the player storing each game, eval's match score and --opponent, the
-# weighted draw; the idea path +10); +151 for one channel of settings (issue 51: tinyverse/settings.py's Settings,
-# their resolution and the read-only run object, make_experiment with or without db and options, the loops reading
-# the resolved settings, --set of local_params as comma-separated globs; the idea path +10: Experiment's run)
-TOTAL, IDEA_TOTAL, MODULE, FUNCTION = 5023, 1080, 200, 50
+# weighted draw, the game record's schema, plot's rating curve; the idea path +10); +2 for a spread of equal returns
+# printed as 0, not 1.11e-16 (issue 52: readable.spread); +2 for --help marking tunable options and run's default of
+# 2 greedy passes (issue 52); +151 for one channel of settings (issue 51: tinyverse/settings.py's Settings, their
+# resolution and the read-only run object, make_experiment with or without db and options, the loops reading the
+# resolved settings, --set of local_params as comma-separated globs; the idea path +10: Experiment's run)
+TOTAL, IDEA_TOTAL, MODULE, FUNCTION = 5027, 1080, 200, 50
 LONGER: dict[str, int] = {}  # no module is exempt any more
 
 

@@ -107,7 +107,7 @@ FLAGS = {
         ("-n --steps", ONE, "stop after this many env steps (all players together)"),
         ("--target-return", {"type": number}, "stop once the mean of 20 recent returns reaches it"),
         ("--target-eval", ONE, "hold --target-return against N greedy episodes every 30 s instead"),
-        ("--target-passes", ONE | {"default": 1}, "greedy evals in a row that must reach it (1)"),
+        ("--target-passes", ONE, "greedy evals in a row that must reach it (default 2)"),
         ("--max-crashes", ONE | {"default": 5}, "crashes of one worker in 2 min that end the run"),
         ("--ray", {"metavar": "ADDRESS"}, "workers as Ray tasks at ADDRESS (auto, HOST:PORT)"),
         ("--eval-episodes", ZERO | {"default": 10}, "episodes of the final eval (0: none)"),

@@ -18,8 +18,10 @@ def number(x: float) -> str:
 
 
 def spread(values) -> str:
-    """``mean ± standard deviation`` of ``values`` (``27.3 ± 3.10``)."""
-    return f"{number(np.mean(values))} ± {number(np.std(values))}"
+    """``mean ± standard deviation`` of ``values`` (``27.3 ± 3.10``; ``0.958 ± 0`` when all are
+    equal, where NumPy's sum leaves a rounding error such as 1.11e-16)."""
+    std = 0.0 if np.ptp(values) == 0 else np.std(values)
+    return f"{number(np.mean(values))} ± {number(std)}"
 
 
 def mean(values, what: str = "episodes") -> str:

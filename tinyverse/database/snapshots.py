@@ -70,7 +70,7 @@ class Snapshots(Control):
     def draw_params(self, pick: str = "uniform", rng: random.Random | None = None) -> tuple | None:
         """(version, params) of an opponent: the rolling params (``latest``), or of the versions
         kept (the ``vN`` snapshots) one drawn ``uniform``-ly or ``weighted`` towards those the
-        agent scores least against in the newest stored games (:func:`~tinyverse.league.weights`);
+        agent scores least against in the newest stored games (``league.weights``);
         None if there are none."""
         if pick == LATEST:
             return self.load_params()

@@ -27,9 +27,10 @@ STOP_TIMEOUT = 30.0  # seconds a worker has to stop warmly before it is killed
 def mode_run(args):
     """Start players and trainers on this machine (or a Ray cluster), supervise them, stop them,
     then eval."""
-    if args.target_passes > 1 and not (args.target_eval and args.target_return is not None):
+    if args.target_passes and not (args.target_eval and args.target_return is not None):
         wants = "add --target-eval N and --target-return X"
         raise TinyverseError(f"--target-passes counts greedy evals: {wants}")
+    passes = args.target_passes or (2 if args.target_eval else 1)  # one look at training returns
     db = connect(args.url, args.prefix, capacity=args.buffer_size)
     exp = load_experiment(args.experiment, db, args.options)
     store(exp.run, db)  # the children adopt the run's options
@@ -53,7 +54,7 @@ def mode_run(args):
             workers.append((f"{role}-{i}", [*argv, "--prefix", args.prefix, "-q"], env | index))
     judge = args.target_eval and functools.partial(judged, exp, db, args.target_eval)
     T = settings.session_length
-    watch = Watch(db, T, args.steps, args.target_return, judge, args.target_passes)
+    watch = Watch(db, T, args.steps, args.target_return, judge, passes)
     reason = supervise(workers, start, watch, args.max_crashes)
     print(f"run stopped: {reason}")
     if args.eval_episodes:

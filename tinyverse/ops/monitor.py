@@ -85,6 +85,7 @@ def describe(factory, stored: dict | None = None) -> list[str]:
         same = as_stored(stored.get(f.name, default)) == as_stored(default)  # tuples: lists
         now = "" if same else f", stored {stored[f.name]!r}"
         kind_name = getattr(hints[f.name], "__name__", str(hints[f.name]))
+        now += ", tunable" if f.name in getattr(kind, "TUNABLE", ()) else ""  # tune --set takes it
         lines.append(f"{f.name}={shown} ({kind_name}{now}): {docs.get(f.name, '')}".rstrip(": "))
     return lines
 
