@@ -110,7 +110,7 @@ def main() -> None:
     for game in args.games.split(","):
         sets = typed(alphazero.Args, "alphazero.py", dict(args.set))
         options = alphazero.Args(**{"game": game, "simulations": args.simulations, **sets})
-        exp = alphazero.make_experiment(None, options)
+        exp = alphazero.make_experiment(options)
         observations = positions(game, args.positions, seed=0)
         baseline = None
         for batch in (int(b) for b in args.batches.split(",")):

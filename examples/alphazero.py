@@ -32,7 +32,7 @@ C_VISIT, C_SCALE = 50.0, 0.1  # sigma(q) = (C_VISIT + max visits) * C_SCALE * q:
 
 
 @dataclass
-class Args:
+class Args(tinyverse.Settings):
     game: str = "connect_four"
     """an OpenSpiel two-player game with a board of planes: connect_four, tic_tac_toe, go, othello, ..."""
     board_size: int = 9
@@ -53,14 +53,29 @@ class Args:
     """L2 penalty of AdamW"""
     value_coef: float = 1.0
     """weight of the value loss next to the policy's cross-entropy"""
+    max_reuse: float = 4.0
+    """the pace: times each recorded move is trained on, on average (sets updates_per_step when left None)"""
+    # the core's settings (tinyverse.Settings) this file sets otherwise
     session_length: int = 16
     """agent moves a recorded session"""
-    train_batch: int = 32
-    """sessions an update"""
-    max_reuse: float = 4.0
-    """the pace: times each recorded move is trained on, on average"""
-    buffer_sessions: int = 5000
+    train_batch_size: int = 32
+    """sessions an update (default of train -b)"""
+    play_batch_size: int = 16
+    """games a player searches together (default of play -b): one forward pass a simulation step for all"""
+    buffer_size: int | None = 5000
     """sessions the replay buffer keeps"""
+    updates_per_step: float | None = None
+    """the pace: updates an agent move (None: max_reuse / the moves of an update)"""
+    pace_slack: int | None = None
+    """moves either side may run ahead of the pace (None: the moves of an update)"""
+
+    def __post_init__(self):
+        """The pace from max_reuse, where left None."""
+        moves = self.train_batch_size * self.session_length  # an update's
+        if self.updates_per_step is None:
+            self.updates_per_step = self.max_reuse / moves
+        if self.pace_slack is None:
+            self.pace_slack = moves
 
 
 # -- the search ------------------------------------------------------------------------------------------------------
@@ -267,11 +282,9 @@ def value_targets(rewards: np.ndarray, ended: np.ndarray, last_values: np.ndarra
 
 
 class AlphaZero(tinyverse.Experiment):
-    play_batch_size = 16  # games searched together: one forward pass a simulation step for all 16
-
-    def __init__(self, db=None, args: Args | None = None):
-        super().__init__(db)
+    def __init__(self, args: Args | None = None):
         self.args = a = args or Args()
+        super().__init__(a)
         self.game_params = {"board_size": a.board_size} if a.game == "go" else {}
         self.game = games.load(a.game, **self.game_params)
         shape = tuple(self.game.observation_tensor_shape())
@@ -281,14 +294,12 @@ class AlphaZero(tinyverse.Experiment):
         self.search = GumbelSearch(self.game, self.evaluate, a.simulations, a.max_considered)
         self.rng = np.random.default_rng()
         self.device = torch.device("cpu")  # the trainer's may differ (prepare_training)
-        self.session_length = a.session_length
-        self.train_batch_size = a.train_batch
-        self.buffer_size = a.buffer_sessions
-        self.updates_per_step = a.max_reuse / (a.train_batch * a.session_length)
-        self.pace_slack = a.train_batch * a.session_length
 
     def make_env(self, render_mode=None):  # GameEnv renders text only: eval records no video
-        opponent = self.self_play if self.args.opponent == "self" else self.args.opponent
+        opponent = self.args.opponent
+        if opponent == "self":  # this agent's search on the other seat: no opponent to rate the game against
+            opponent = games.Policy(self.self_play, self.game)
+            opponent.name = None
         return games.GameEnv(self.args.game, opponent=opponent, **self.game_params)
 
     @torch.no_grad()
@@ -345,5 +356,5 @@ class AlphaZero(tinyverse.Experiment):
         load_weights({"net": self.net}, params)
 
 
-def make_experiment(db, args: Args):
-    return AlphaZero(db, args)
+def make_experiment(args: Args):
+    return AlphaZero(args)

@@ -246,8 +246,9 @@ class GameEnv(gym.Env):
 
     def _named(self, info: dict) -> dict:
         """``info`` with ``opponent``, the opponent's name, by which tinyverse rates the game's result; a self-play
-        game names none: it has no opponent, and its reward is the last mover's, not the agent's against anyone."""
-        return info if self.opponent.name == SELF else info | {"opponent": self.opponent.name}
+        game names none: it has no opponent, and its reward is the last mover's, not the agent's against anyone;
+        nor does an opponent named None (the agent itself on the other seat, as alphazero.py's ``self``)."""
+        return info if self.opponent.name in (SELF, None) else info | {"opponent": self.opponent.name}
 
     def _opponent_moves(self) -> None:
         """Let the opponent move until it is the agent's turn, the game ends, or it resigns."""

@@ -33,7 +33,7 @@ CACHED_NETS = 8  # networks of stored versions a player keeps loaded for its lea
 
 
 @dataclass
-class Args:
+class Args(tinyverse.Settings):
     TUNABLE = ("learning_rate", "tau", "eps_start", "eps_updates", "tightening_penalty")  # tune --set: read each step
     game: str = "go"
     """an OpenSpiel two-player game with a board of planes: go, tic_tac_toe, connect_four, othello, ..."""
@@ -76,16 +76,39 @@ class Args:
     """K: ticks forward and back the bounds reach"""
     tightening_penalty: float = 4.0
     """lambda: weight of the squared violations of the bounds"""
+    max_reuse: float = 8.0
+    """the pace: times each recorded move is trained on, on average (sets updates_per_step when left None)"""
+    buffer_transitions: int = 100_000
+    """moves the database keeps (sets buffer_size when left None)"""
+    # the core's settings (tinyverse.Settings) this file sets otherwise
     session_length: int = 16
     """moves a recorded session"""
-    batch_sessions: int = 32
-    """sessions a minibatch"""
-    max_reuse: float = 8.0
-    """the pace: times each recorded move is trained on, on average"""
+    train_batch_size: int = 32
+    """sessions a minibatch (default of train -b)"""
+    play_batch_size: int = 16
+    """games a player plays at once (default of play -b): one forward pass a move for all of them"""
     learning_starts: int = 2000
     """moves played before the first update"""
-    buffer_transitions: int = 100_000
-    """moves the database keeps"""
+    updates_per_step: float | None = None
+    """the pace: updates a move played (None: max_reuse / the moves of an update)"""
+    pace_slack: int | None = None
+    """moves either side may run ahead of the pace (None: the moves of an update)"""
+    save_every: int = 50
+    """updates between publications"""
+    keep_every: int = 20
+    """a league: every 20th version kept as a snapshot vN (1,000 updates, 1-2 minutes on 2 cores)"""
+    local_params: tuple[str, ...] = ("target.*",)
+    """params each trainer keeps its own of: with several trainers, the target net"""
+
+    def __post_init__(self):
+        """The pace and the buffer from max_reuse and buffer_transitions, where left None."""
+        moves = self.train_batch_size * self.session_length  # an update's
+        if self.updates_per_step is None:
+            self.updates_per_step = self.max_reuse / moves
+        if self.pace_slack is None:
+            self.pace_slack = moves
+        if self.buffer_size is None:
+            self.buffer_size = max(1, self.buffer_transitions // self.session_length)
 
 
 def negamax_transitions(batch: dict, n: int, gamma: float) -> tinyverse.Transitions:
@@ -194,14 +217,10 @@ def masked(q: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 class GoDQN(tinyverse.Experiment):
-    local_params = ("target.*",)  # with several trainers each keeps its own target net
-    play_batch_size = 16  # games a player plays at once: one forward pass a move for all 16
-    save_every = 50  # updates between publications
-    keep_every = 20  # a league: every 20th version kept as a snapshot vN (1,000 updates, 1-2 minutes on 2 cores)
-
     def __init__(self, db=None, args: Args | None = None):
-        super().__init__(db)
         self.args = a = args or Args()
+        super().__init__(a)
+        self.db = db  # where the league's snapshots are drawn from (None: no league)
         self.game_params = {"board_size": a.board_size} if a.game == "go" else {}
         self.game = games.load(a.game, **self.game_params)
         if a.league_pick not in ("uniform", "weighted"):
@@ -217,12 +236,6 @@ class GoDQN(tinyverse.Experiment):
         self.rng = np.random.default_rng()
         self.final_epsilon = explore.apex_epsilon(a.eps_end, a.eps_spread, *explore.player_slot())
         self.nets = {}  # version -> the network of a league opponent (CACHED_NETS at most)
-        self.session_length = a.session_length
-        self.train_batch_size = a.batch_sessions
-        self.buffer_size = max(1, a.buffer_transitions // a.session_length)
-        self.updates_per_step = a.max_reuse / (a.batch_sessions * a.session_length)
-        self.learning_starts = a.learning_starts
-        self.pace_slack = a.batch_sessions * a.session_length
 
     def net(self) -> QNet:
         return QNet(self.shape, self.actions, self.args.channels, self.args.layers, self.args.hidden)
@@ -337,7 +350,7 @@ class GoDQN(tinyverse.Experiment):
         self.optimizer.step()
         with torch.no_grad():  # Polyak averaging of the target net
             torch._foreach_lerp_(*self.pairs, a.tau)
-        self.updates += max(1, round(B / a.batch_sessions))  # counted as the pace counts
+        self.updates += max(1, round(B / a.train_batch_size))  # counted as the pace counts
         return metrics | {"loss": loss.item(), "q": q.mean().item(), "target": y.mean().item()}
 
     def tightening_penalty(self, batch, q, target_all, legal, actions) -> torch.Tensor:

@@ -181,7 +181,7 @@ def test_the_value_target_is_the_outcome_from_each_ticks_seat_or_the_bootstrap()
 def test_a_training_step_on_recorded_sessions_lowers_the_loss():
     torch.manual_seed(0)
     args = alphazero.Args(game="connect_four", simulations=4, channels=16, blocks=1, learning_rate=1e-2)
-    exp = alphazero.make_experiment(None, args)
+    exp = alphazero.make_experiment(args)
     exp.rng = np.random.default_rng(0)
     sessions = [record(searcher(exp), games.GameEnv("connect_four", opponent="random", seed=s), 12) for s in range(3)]
     batch = {"observations": stack([s["observations"] for s in sessions])}
@@ -200,7 +200,7 @@ def test_a_training_step_on_recorded_sessions_lowers_the_loss():
 
 
 def test_act_searches_go_and_returns_legal_moves_and_policies():
-    exp = alphazero.make_experiment(None, alphazero.Args(game="go", simulations=4))
+    exp = alphazero.make_experiment(alphazero.Args(game="go", simulations=4))
     env = games.GameEnv("go", opponent="random", seed=0)
     first = {k: np.asarray(v)[None] for k, v in env.reset()[0].items()}
     second = {k: np.asarray(v)[None] for k, v in env.reset()[0].items()}  # White: Black has moved
@@ -211,11 +211,12 @@ def test_act_searches_go_and_returns_legal_moves_and_policies():
 
 
 def test_self_play_plays_a_game_to_its_end():
-    exp = alphazero.make_experiment(None, alphazero.Args(game="tic_tac_toe", opponent="self", simulations=4))
+    exp = alphazero.make_experiment(alphazero.Args(game="tic_tac_toe", opponent="self", simulations=4))
     env = exp.make_env()
     obs, _ = env.reset(seed=0)
     done = False
     while not done:
         actions, _, _ = exp.act({k: np.asarray(v)[None] for k, v in obs.items()}, {})
-        obs, reward, done, _, _ = env.step(int(actions[0]))
+        obs, reward, done, _, info = env.step(int(actions[0]))
     assert env.state.is_terminal() and reward == env.state.returns()[env.seat]
+    assert "opponent" not in info, "the agent's own search: no opponent whose rating the game could move"
