@@ -8,7 +8,7 @@ import time
 
 import pytest
 import redis
-from conftest import ROOT, _missing, cli_env, free_port, run_cli
+from conftest import ROOT, _missing, cli_env, free_port, run_cli, wait_for
 
 from tinyverse.database import connect
 from tinyverse.errors import DatabaseError
@@ -129,6 +129,12 @@ def test_tls_with_another_ca_is_one_line_at_once(tls_redis, tmp_path):
     assert missing.returncode == 1 and "--tls-ca nope.pem: want the CA certificate file" in missing.stderr
 
 
+def logged(path) -> bool:
+    """Whether a player's log holds its first lines (its progress, or its params)."""
+    text = path.read_text()
+    return "env steps" in text or "params" in text
+
+
 def test_secrets_stay_out_of_heartbeats_logs_and_process_lists(acl_redis, tmp_path):
     url = f"redis://alice:{SECRET}@127.0.0.1:{acl_redis}/0"
     env_url = {"TINYVERSE_DB": url}  # the way docs say to pass a password: not on the command line
@@ -146,6 +152,7 @@ def test_secrets_stay_out_of_heartbeats_logs_and_process_lists(acl_redis, tmp_pa
         assert '"role": "player"' in beats and SECRET not in beats
         ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
         assert SECRET not in ps
+        wait_for(lambda: logged(tmp_path / "player.log"), 60, "the player's first lines")  # it may beat before it logs
     finally:
         player.terminate()
         player.wait(30)
