@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from common import get_weights, load_weights, pick_device
+from common import derive_pace, get_weights, load_weights, pick_device
 
 import tinyverse
 
@@ -71,11 +71,7 @@ class Args(tinyverse.Settings):
 
     def __post_init__(self):
         """The pace from max_reuse, where left None."""
-        moves = self.train_batch_size * self.session_length  # an update's
-        if self.updates_per_step is None:
-            self.updates_per_step = self.max_reuse / moves
-        if self.pace_slack is None:
-            self.pace_slack = moves
+        derive_pace(self, slack=self.train_batch_size * self.session_length)  # an update's moves ahead at most
 
 
 # -- the search ------------------------------------------------------------------------------------------------------

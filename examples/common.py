@@ -144,16 +144,16 @@ def sample_recent(db, batch_size: int, recent: int) -> dict:
     return batch
 
 
-def derive_pace(a) -> None:
+def derive_pace(a, slack: int | None = None) -> None:
     """The batch and the pace the options ``a`` leave unset (None), from their own knobs: an update trains on
     ``batch_ticks`` ticks, each recorded tick is trained on ``max_reuse`` times on average, and players never
-    run further ahead than what is sampled (``recent_sessions``)."""
+    run further ahead than ``slack`` ticks (default: half of what is sampled, ``recent_sessions``)."""
     if a.train_batch_size is None:
         a.train_batch_size = max(1, round(a.batch_ticks / a.session_length))
     if a.updates_per_step is None:
         a.updates_per_step = a.max_reuse / (a.train_batch_size * a.session_length)
     if a.pace_slack is None:
-        a.pace_slack = a.recent_sessions * a.session_length // 2
+        a.pace_slack = a.recent_sessions * a.session_length // 2 if slack is None else slack
 
 
 def prepare_appo(exp, learning_rate: float) -> None:

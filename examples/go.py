@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from common import get_weights, load_weights
+from common import derive_pace, get_weights, load_weights
 
 import tinyverse
 from tinyverse import explore, nstep_transitions
@@ -102,11 +102,7 @@ class Args(tinyverse.Settings):
 
     def __post_init__(self):
         """The pace and the buffer from max_reuse and buffer_transitions, where left None."""
-        moves = self.train_batch_size * self.session_length  # an update's
-        if self.updates_per_step is None:
-            self.updates_per_step = self.max_reuse / moves
-        if self.pace_slack is None:
-            self.pace_slack = moves
+        derive_pace(self, slack=self.train_batch_size * self.session_length)  # an update's moves ahead at most
         if self.buffer_size is None:
             self.buffer_size = max(1, self.buffer_transitions // self.session_length)
 
