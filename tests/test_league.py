@@ -98,6 +98,9 @@ def test_players_store_every_game_and_info_and_eval_rate_them(db_url, prefix, tm
     assert "against unbeaten: 0 won, 0 drawn, 5 lost of 5: score 0.000 (95% interval 0.000-0.4" in eval_out
     assert league.games(db.metrics("games"))[12:] == [(latest, "unbeaten", 0.0)] * 5  # rated: the match is stored
     assert db.setting("options")["opponent"] == "beaten"  # --opponent is this eval's only, never stored
+    plain = run_cli(GAME, "eval", "-n", "2", "--no-record", *where, cwd=tmp_path).stdout
+    assert "against beaten: 2 won, 0 drawn, 0 lost of 2" in plain  # the stored opponent, scored
+    assert len(db.metrics("games")) == 17  # but only a named match is stored
     info = run_cli(GAME, "info", *where).stdout
     assert "ratings   Elo of 4 sides over 17 games (0: the side with the most games)" in info
     order = [line.split()[0] for line in info.splitlines() if line.startswith(" " * 12)]

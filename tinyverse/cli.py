@@ -51,7 +51,7 @@ def mode_eval(args):
         return
     db = connect(args.url, args.prefix, TOOL_WAIT, create=False)
     exp = load_experiment(args.experiment, db, args.options)
-    games = against(exp, args.opponent) and db  # a match's games go into the ratings
+    games = db if against(exp, args.opponent) else None  # a named match's games go into the ratings
     if args.params is None:
         evaluate(exp, db, args.episodes, record, args.seed, games=games)
         return
