@@ -1,7 +1,7 @@
 """AlphaZero with Gumbel search on OpenSpiel's two-player board games (games.py), in PyTorch.
 
     pip install -e '.[examples,games]'
-    python -m tinyverse examples/alphazero.py run                 # Connect Four against random play
+    python -m tinyverse examples/alphazero.py run                 # Connect Four by self-play
     python -m tinyverse examples/alphazero.py play -b 16 --set game=go --set opponent=gnugo:1 &   # or the parts
     python -m tinyverse examples/alphazero.py train --set game=go --set opponent=gnugo:1 &
 
@@ -10,10 +10,14 @@ CPU players afford 2-16 simulations a move, where PUCT's visit counts are a poor
 the prior, while sequential halving over Gumbel-sampled actions and the completed-Q policy are a policy
 improvement at any count. It searches the B games of a player at once: each simulation step evaluates the
 leaves of all B trees in one forward pass. ``outputs.policy`` is that improved policy, which the net fits.
-Value targets: every recorded tick is the agent's move and the env's reward is the agent's, so the mover's
-target is the episode's outcome (gamma 1). Sessions cross episode boundaries whatever their length, so a tick
-whose game goes on past the session takes the value net's estimate of the session's last position instead.
-Opponents: games.py's (random, mcts:N, gnugo:L) or ``self``, the same search (one game at a time).
+Self-play (``opponent`` self, the default): the agent plays both seats, every move searched with the B games'
+leaves batched and recorded, each tick seen from its mover's seat. Value targets: the game's outcome from each
+tick's mover (gamma 1, negamax: a tick whose next tick is the other seat's takes the negative of that tick's
+target). Sessions cross episode boundaries whatever their length, so a tick whose game goes on past the session
+takes the value net's estimate of the session's last position instead, from that position's mover. A share of
+the games (``rated_games``) is played against a fixed opponent (``rated_opponent``), whose results the database
+keeps: ``info`` rates each version against it as the run goes. Other opponents: games.py's (random, mcts:N,
+gnugo:L), every game against it.
 """
 
 import math
@@ -37,8 +41,12 @@ class Args(tinyverse.Settings):
     """an OpenSpiel two-player game with a board of planes: connect_four, tic_tac_toe, go, othello, ..."""
     board_size: int = 9
     """Go's board (other games ignore it)"""
-    opponent: str = "random"
-    """who plays the other seat: random, mcts:SIMULATIONS, gnugo:LEVEL (Go) or self (this agent's search)"""
+    opponent: str = "self"
+    """who plays the other seat: self (the agent: both seats recorded), random, mcts:SIMULATIONS, gnugo:LEVEL (Go)"""
+    rated_games: float = 0.1
+    """in self-play, the share of games played against rated_opponent instead (results stored and rated)"""
+    rated_opponent: str = "mcts:100"
+    """the fixed opponent of those games: random, mcts:SIMULATIONS, gnugo:LEVEL (Go)"""
     simulations: int = 16
     """simulations a move (each: one leaf per game, evaluated in one batched forward pass)"""
     max_considered: int = 16
@@ -266,13 +274,16 @@ class PolicyValueNet(nn.Module):
 
 
 # -- the experiment --------------------------------------------------------------------------------------------------
-def value_targets(rewards: np.ndarray, ended: np.ndarray, last_values: np.ndarray) -> np.ndarray:
-    """(B, T) targets: the rewards to the episode's end (gamma 1), or, for an episode still going at the session's
-    end, to there plus ``last_values`` (B,), the value of the position after the last tick."""
+def value_targets(rewards: np.ndarray, ended: np.ndarray, last_values: np.ndarray, seats: np.ndarray) -> np.ndarray:
+    """(B, T) targets, each from its tick's mover: the rewards to the episode's end (gamma 1), or, for an episode
+    still going at the session's end, to there plus ``last_values`` (B,), the value of the position after the last
+    tick from its mover. ``rewards`` (B, T) are each tick's mover's; ``seats`` (B, T+1) the seat of each tick's
+    mover: where the next tick is the other seat's, its target counts against this one (negamax)."""
     targets = np.zeros(rewards.shape, np.float32)
     following = last_values.astype(np.float32)
     for t in reversed(range(rewards.shape[1])):
-        following = rewards[:, t] + np.where(ended[:, t], 0, following)
+        side = np.where(seats[:, t + 1] == seats[:, t], 1.0, -1.0).astype(np.float32)
+        following = rewards[:, t] + np.where(ended[:, t], 0, side * following)
         targets[:, t] = following
     return targets
 
@@ -292,11 +303,12 @@ class AlphaZero(tinyverse.Experiment):
         self.device = torch.device("cpu")  # the trainer's may differ (prepare_training)
 
     def make_env(self, render_mode=None):  # GameEnv renders text only: eval records no video
-        opponent = self.args.opponent
-        if opponent == "self":  # this agent's search on the other seat: no opponent to rate the game against
-            opponent = games.Policy(self.self_play, self.game)
-            opponent.name = None
-        return games.GameEnv(self.args.game, opponent=opponent, **self.game_params)
+        a = self.args
+        opponent = a.opponent
+        if opponent == games.SELF and a.rated_games > 0:  # a share of the games against a fixed, named opponent
+            rated = games.parse_opponent(a.rated_opponent, self.game)
+            opponent = games.Mixture([games.SelfPlay(), rated], [1 - a.rated_games, a.rated_games])
+        return games.GameEnv(a.game, opponent=opponent, **self.game_params)
 
     @torch.no_grad()
     def evaluate(self, boards: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -313,11 +325,6 @@ class AlphaZero(tinyverse.Experiment):
         actions, policies, _ = self.search.run(observations, gumbel)
         return actions, memory, {"policy": policies}
 
-    def self_play(self, observation: dict) -> int:
-        """The opponent ``self``: this agent's search on the other seat's observation."""
-        batch = {k: np.asarray(v)[None] for k, v in observation.items()}
-        return int(self.act(batch, {})[0][0])
-
     def prepare_training(self):
         self.device = pick_device()
         self.net.to(self.device)
@@ -333,7 +340,8 @@ class AlphaZero(tinyverse.Experiment):
         with torch.no_grad():  # the bootstrap: the value of the position after the session's last tick
             last_values = self.net(boards[:, T], masks[:, T])[1].cpu().numpy()
         ended = batch["terminated"] | batch["truncated"]  # GameEnv never truncates: an episode's end either way
-        targets = torch.as_tensor(value_targets(batch["rewards"], ended, last_values), device=self.device)
+        targets = value_targets(batch["rewards"], ended, last_values, obs["seat"])
+        targets = torch.as_tensor(targets, device=self.device)
         logits, values = self.net(boards[:, :T].flatten(0, 1), masks[:, :T].flatten(0, 1))
         policy = torch.as_tensor(batch["outputs.policy"], device=self.device).flatten(0, 1)
         policy_loss = -(policy * F.log_softmax(logits, -1)).sum(-1).mean()

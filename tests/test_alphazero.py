@@ -172,10 +172,27 @@ def test_the_value_target_is_the_outcome_from_each_ticks_seat_or_the_bootstrap()
     batch = record(lambda obs: (next(agent), np.zeros(9)), env, 17)
     seats = batch["observations"]["seat"][0, :17].tolist()
     assert seats == [0] * 3 + [1] * 3 + [0] * 3 + [1] * 2 + [0] * 5 + [1]
-    targets = alphazero.value_targets(batch["rewards"], batch["terminated"], np.array([0.5]))[0]
+    targets = alphazero.value_targets(batch["rewards"], batch["terminated"], np.array([0.5]), seats_of(batch))[0]
     assert targets.tolist() == [1] * 6 + [-1] * 5 + [0] * 5 + [0.5]  # the mover's outcome; the bootstrap last
     ended = np.isfinite(batch["outcomes"][0])
     assert np.array_equal(targets[ended], batch["outcomes"][0][ended])  # as OpenSpiel scores each seat
+
+
+def seats_of(batch: dict) -> np.ndarray:
+    return batch["observations"]["seat"]
+
+
+def test_in_self_play_each_ticks_target_is_its_movers_outcome_negamax():
+    """Self-play tic-tac-toe, both seats recorded: X wins, then O wins, then a game cut after two moves, whose
+    bootstrap (0.5 for X, to move at the session's end) counts against O's tick and for X's."""
+    moves = iter([0, 3, 1, 4, 2] + [0, 4, 1, 2, 3, 6] + [4, 0])
+    env = games.GameEnv("tic_tac_toe", opponent="self", seed=0)
+    batch = record(lambda obs: (next(moves), np.zeros(9)), env, 13)
+    assert seats_of(batch)[0].tolist() == [0, 1, 0, 1, 0] + [0, 1] * 4 + [0]  # the mover's, each game X first
+    targets = alphazero.value_targets(batch["rewards"], batch["terminated"], np.array([0.5]), seats_of(batch))[0]
+    assert targets.tolist() == [1, -1, 1, -1, 1] + [-1, 1, -1, 1, -1, 1] + [0.5, -0.5]
+    ended = np.isfinite(batch["outcomes"][0])
+    assert np.array_equal(targets[ended], batch["outcomes"][0][ended])
 
 
 def test_a_training_step_on_recorded_sessions_lowers_the_loss():
@@ -210,13 +227,19 @@ def test_act_searches_go_and_returns_legal_moves_and_policies():
     assert outputs["policy"].shape == (2, 82) and outputs["policy"].dtype == np.float32
 
 
-def test_self_play_plays_a_game_to_its_end():
-    exp = alphazero.make_experiment(alphazero.Args(game="tic_tac_toe", opponent="self", simulations=4))
+def test_self_play_searches_both_seats_and_rated_games_name_their_opponent():
+    exp = alphazero.make_experiment(alphazero.Args(game="tic_tac_toe", simulations=4, rated_games=0))
     env = exp.make_env()
     obs, _ = env.reset(seed=0)
+    movers = []
     done = False
     while not done:
+        movers.append(int(obs["seat"]))
         actions, _, _ = exp.act({k: np.asarray(v)[None] for k, v in obs.items()}, {})
         obs, reward, done, _, info = env.step(int(actions[0]))
-    assert env.state.is_terminal() and reward == env.state.returns()[env.seat]
-    assert "opponent" not in info, "the agent's own search: no opponent whose rating the game could move"
+    assert movers[:4] == [0, 1, 0, 1] and len(env.state.history()) == len(movers)  # every move the agent's
+    assert env.state.is_terminal() and reward == env.state.returns()[movers[-1]]
+    assert "opponent" not in info, "self-play: no opponent whose rating the game could move"
+    rated = alphazero.make_experiment(alphazero.Args(game="tic_tac_toe", rated_games=1, rated_opponent="random"))
+    _, info = rated.make_env().reset(seed=0)
+    assert info["opponent"] == "random"
