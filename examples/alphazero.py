@@ -37,6 +37,7 @@ C_VISIT, C_SCALE = 50.0, 0.1  # sigma(q) = (C_VISIT + max visits) * C_SCALE * q:
 
 @dataclass
 class Args(tinyverse.Settings):
+    TUNABLE = ("simulations",)  # tune --set (players adopt it at their next move); eval --set: that eval's only
     game: str = "connect_four"
     """an OpenSpiel two-player game with a board of planes: connect_four, tic_tac_toe, go, othello, ..."""
     board_size: int = 9
@@ -322,6 +323,7 @@ class AlphaZero(tinyverse.Experiment):
         B = len(observations["moves"])
         shape = (B, self.game.num_distinct_actions())
         gumbel = np.zeros(shape) if greedy else self.rng.gumbel(size=shape)
+        self.search.simulations = self.args.simulations  # tunable: read at each move
         actions, policies, _ = self.search.run(observations, gumbel)
         return actions, memory, {"policy": policies}
 

@@ -269,6 +269,8 @@ def test_a_tuned_option_reaches_a_running_player_and_a_structural_one_is_still_r
         assert player.running() and time.monotonic() < deadline + 60
         time.sleep(0.1)
     assert db.setting("options")["epsilon"] == 0.5 and db.count_sessions().added >= added
+    run_cli(FAKE, "eval", "-n", "1", "--no-record", *where, "--set", "epsilon=0.9", cwd=tmp_path)  # its own only
+    assert db.setting("options")["epsilon"] == 0.5 and len(db.setting("tuned")) == 1
     line = error_line(run_cli(FAKE, "tune", *where, "--set", "w_rows=5", check=False))
     assert "option w_rows=5 conflicts with w_rows=4" in line
     info = run_cli(FAKE, "info", *where).stdout

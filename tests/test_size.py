@@ -29,8 +29,9 @@ IDEA = ["experiment", "options", "player", "trainer", "params", "pace", "databas
 # printed as 0, not 1.11e-16 (issue 52: readable.spread); +2 for --help marking tunable options and run's default of
 # 2 greedy passes (issue 52); +151 for one channel of settings (issue 51: tinyverse/settings.py's Settings, their
 # resolution and the read-only run object, make_experiment with or without db and options, the loops reading the
-# resolved settings, --set of local_params as comma-separated globs; the idea path +10: Experiment's run)
-TOTAL, IDEA_TOTAL, MODULE, FUNCTION = 5027, 1080, 200, 50
+# resolved settings, --set of local_params as comma-separated globs; the idea path +10: Experiment's run); +4 for
+# eval's --set of a tunable option held to that eval, not stored in the running prefix (issue 54: the idea path +3)
+TOTAL, IDEA_TOTAL, MODULE, FUNCTION = 5031, 1083, 200, 50
 LONGER: dict[str, int] = {}  # no module is exempt any more
 
 

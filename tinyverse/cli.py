@@ -50,7 +50,7 @@ def mode_eval(args):
         evaluate(exp, None, args.episodes, record, args.seed, version=int(meta["version"]))
         return
     db = connect(args.url, args.prefix, TOOL_WAIT, create=False)
-    exp = load_experiment(args.experiment, db, args.options)
+    exp = load_experiment(args.experiment, db, args.options, tune=False)  # --set: this eval's only
     games = db if against(exp, args.opponent) else None  # a named match's games go into the ratings
     if args.params is None:
         evaluate(exp, db, args.episodes, record, args.seed, games=games)

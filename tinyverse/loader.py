@@ -23,9 +23,10 @@ BOOLS = {"1": True, "true": True, "yes": True, "on": True}
 BOOLS |= {"0": False, "false": False, "no": False, "off": False}
 
 
-def load_experiment(path: str, db=None, options: dict[str, str] | None = None) -> Experiment:
+def load_experiment(path: str, db=None, options: dict | None = None, tune=True) -> Experiment:
     """The experiment of the file at ``path``: its ``make_experiment`` called with the options
-    resolved from ``options`` (and ``db``, if it asks for one)."""
+    resolved from ``options`` (and ``db``, if it asks for one); a changed tunable option is stored
+    in ``db`` (``tune``) or kept to this process."""
     factory = getattr(import_file(path), "make_experiment", None)
     if not callable(factory):
         fix = "add one that returns a tinyverse.Experiment"
@@ -33,7 +34,7 @@ def load_experiment(path: str, db=None, options: dict[str, str] | None = None) -
     args = None  # the resolved options
     defaults = None  # the file's
     if (kind := dataclass_of(factory)) is not None:
-        args, defaults = resolve(kind, path, db, typed(kind, path, options or {}))
+        args, defaults = resolve(kind, path, db, typed(kind, path, options or {}), tune)
     elif options:
         fix = "its make_experiment(args: Args) needs an options dataclass"
         raise ExperimentError(f"{path} takes no options: {fix}")

@@ -15,9 +15,10 @@ from .settings import plain
 log = logging.getLogger(__name__)
 
 
-def resolve(kind: type, path: str, db: Database | None, chosen: dict):
+def resolve(kind: type, path: str, db: Database | None, chosen: dict, tune: bool = True):
     """``(args, the file's defaults)``: ``chosen`` (typed) over the options stored in ``db`` over
-    the defaults."""
+    the defaults; a chosen tunable option that differs from the stored one is stored (``tune``) or
+    kept to this process (an eval's)."""
     fields = {f.name: f for f in dataclasses.fields(kind)}
     stored = {} if db is None else db.setting("options") or {}
     began = {} if db is None else db.setting("defaults") or {}  # the file's defaults at the start
@@ -51,8 +52,10 @@ def resolve(kind: type, path: str, db: Database | None, chosen: dict):
     if edited:
         said = "%s's defaults changed since the run began; the stored ones are used (%s)"
         log.warning(said, path, "; ".join(edited))
-    if changed:
+    if changed and tune:
         _tune(db, stored, changed)
+    elif changed:
+        log.info("options %s for this process only: prefix %s keeps its own", changed, prefix)
     return args, defaults
 
 
