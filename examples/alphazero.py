@@ -15,9 +15,7 @@ leaves batched and recorded, each tick seen from its mover's seat. Value targets
 tick's mover (gamma 1, negamax: a tick whose next tick is the other seat's takes the negative of that tick's
 target). Sessions cross episode boundaries whatever their length, so a tick whose game goes on past the session
 takes the value net's estimate of the session's last position instead, from that position's mover. A share of
-the games (``rated_games``) is played against a fixed opponent (``rated_opponent``), whose results the database
-keeps: ``info`` rates each version against it as the run goes. Other opponents: games.py's (random, mcts:N,
-gnugo:L), every game against it.
+the games (``rated_games``) is played against ``rated_opponent``, whose results ``info`` rates as the run goes.
 """
 
 import math
