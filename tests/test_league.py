@@ -42,6 +42,20 @@ def test_ratings_match_a_hand_computed_bradley_terry_table():
     assert without_random["y"] < without_random["z"] < 0.0  # losing 30 of 30 is worse evidence than 10 of 10
 
 
+def test_versions_of_few_games_each_are_pooled_in_order_into_groups_of_ten():
+    played = [(f"v{n}", "random", float(n > 20)) for n in range(1, 31)]  # 30 versions, a game each
+    played += [("v31", "mcts:100", 1.0)] * 12 + [("v32", "random", 1.0)] * 3  # one of 12 games, one of 3
+    pooled = league.pooled(played)
+    sides = [side for side, _, _ in pooled]
+    assert sides == ["v1-v10"] * 10 + ["v11-v20"] * 10 + ["v21-v30"] * 10 + ["v31"] * 12 + ["v32"] * 3  # v32: short
+    rated = {r.name: r.elo for r in league.ratings(pooled)}
+    assert rated["v21-v30"] > rated["random"] > rated["v11-v20"]
+    between = [("v1", "v3", 1.0), ("v2", "v30", 0.0)] + [(f"v{n}", "random", 0.5) for n in range(3, 31)]
+    pooled = league.pooled(between)  # v1-v9 (10 games with v3's two), v10-v19, v20-v29, v30
+    assert pooled[0] == ("v1-v9", "v30", 0.0) and len(pooled) == len(between) - 1  # a game within a group: left out
+    assert league.pooled([("v1", "random", 1.0)]) == [("v1", "random", 1.0)]
+
+
 def test_a_match_scores_with_wilsons_interval():
     # Wilson's 95% interval of 180 wins in 200 (z = 1.96): centre (0.9 + 1.9208/200) / (1 + 3.8416/200) = 0.89246,
     # half width 1.96 sqrt(0.09/200 + 3.8416/160000) / (1 + 3.8416/200) = 0.04187

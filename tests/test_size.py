@@ -30,8 +30,9 @@ IDEA = ["experiment", "options", "player", "trainer", "params", "pace", "databas
 # 2 greedy passes (issue 52); +151 for one channel of settings (issue 51: tinyverse/settings.py's Settings, their
 # resolution and the read-only run object, make_experiment with or without db and options, the loops reading the
 # resolved settings, --set of local_params as comma-separated globs; the idea path +10: Experiment's run); +4 for
-# eval's --set of a tunable option held to that eval, not stored in the running prefix (issue 54: the idea path +3)
-TOTAL, IDEA_TOTAL, MODULE, FUNCTION = 5031, 1083, 200, 50
+# eval's --set of a tunable option held to that eval, not stored in the running prefix (issue 54: the idea path +3);
+# +30 for versions of few games pooled into groups in info's ratings and plot's curve (issue 54: league.pooled)
+TOTAL, IDEA_TOTAL, MODULE, FUNCTION = 5061, 1083, 200, 50
 LONGER: dict[str, int] = {}  # no module is exempt any more
 
 

@@ -12,6 +12,8 @@ import numpy as np
 NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # random, mcts:200, gnugo:1, v120, a snapshot's name
 PRIOR = 1.0  # games of a virtual draw against a side of rating 0 each side gets: no rating infinite
 ITERATIONS = 200  # of the fit's minorize-maximize steps
+BINS = 50  # pooled(): at most about this many groups of versions
+VERSION_RE = re.compile(r"v([0-9]+)")
 
 
 def opponent(info) -> str | None:
@@ -72,6 +74,30 @@ def ratings(played: list[tuple[str, str, float]], anchor: str = "random") -> lis
     return sorted(found, key=lambda r: -r.elo)
 
 
+def pooled(played: list[tuple[str, str, float]]) -> list[tuple[str, str, float]]:
+    """``played`` with consecutive params versions pooled into groups (``v12-v40``) of at least 10
+    games and about 1/BINS of the versions' games each, so that thousands of versions of a game
+    or two each rate as a curve, not noise; a game within one group is left out."""
+    counts = {}
+    for name in (n for side, versus, _ in played for n in (side, versus)):
+        if VERSION_RE.fullmatch(name):
+            counts[name] = counts.get(name, 0) + 1
+    least = max(10, sum(counts.values()) // BINS)
+    ordered = sorted(counts, key=lambda n: int(n[1:]))
+    groups = []  # consecutive versions; one of at least ``least`` games stands alone
+    for name in ordered:
+        if not groups or counts[name] >= least or sum(counts[m] for m in groups[-1]) >= least:
+            groups.append([name])
+        else:
+            groups[-1].append(name)
+    group = {}
+    for members in groups:
+        label = members[0] if len(members) == 1 else f"{members[0]}-{members[-1]}"
+        group.update(dict.fromkeys(members, label))
+    renamed = [(group.get(side, side), group.get(versus, versus), s) for side, versus, s in played]
+    return [(side, versus, s) for side, versus, s in renamed if side != versus]
+
+
 def interval(score: float, n: int, z: float = 1.96) -> tuple[float, float]:
     """Wilson's 95% interval of a mean score ``score`` over ``n`` games (draws count half)."""
     if n == 0:
@@ -103,8 +129,9 @@ def weights(names: list[str], played: list[tuple[str, str, float]]) -> list[floa
 
 
 def table(played: list[tuple[str, str, float]], rows: int = 12) -> list[str]:
-    """``info``'s ratings: the sides with the most games (at most ``rows``), highest Elo first."""
-    found = ratings(played)
+    """``info``'s ratings: the sides with the most games (at most ``rows``), highest Elo first;
+    versions pooled (:func:`pooled`)."""
+    found = ratings(pooled(played))
     shown = sorted(sorted(found, key=lambda r: -r.games)[:rows], key=lambda r: -r.elo)
     anchor = "random" if any(r.name == "random" for r in found) else "the side with the most games"
     lines = [f"  ratings   Elo of {len(found)} sides over {len(played):,} games (0: {anchor})"]

@@ -10,6 +10,7 @@ from .. import league
 from ..database import TOOL_WAIT, connect
 from ..errors import TinyverseError, install
 
+VERSIONS = r"v[0-9]+(-v[0-9]+)?"  # a params version, or a group of them (league.pooled)
 IDLE = 300.0  # seconds between two episodes past which the run was stopped, not slow: not drawn
 
 
@@ -37,13 +38,15 @@ def loss_series(train: list[dict]) -> list[tuple[float, float]]:
 
 
 def rating_curve(ax, played: list[tuple[str, str, float]]) -> None:
-    """Draw the Elo of each params version that played games (:mod:`tinyverse.league`) against
-    its version, and the fixed opponents' as lines."""
-    found = league.ratings(played)
-    versions = sorted((int(r.name[1:]), r.elo) for r in found if re.fullmatch(r"v[0-9]+", r.name))
+    """Draw the Elo of each params version that played games (:mod:`tinyverse.league`), or of
+    each group of versions (:func:`~tinyverse.league.pooled`, at its last), against its version,
+    and the fixed opponents' as lines."""
+    found = league.ratings(league.pooled(played))
+    last = {r.name: int(r.name.rpartition("v")[2]) for r in found if re.fullmatch(VERSIONS, r.name)}
+    versions = sorted((last[r.name], r.elo) for r in found if r.name in last)
     if versions:
         ax.plot(*zip(*versions, strict=True), ".-", label="params versions")
-    for r in (r for r in found if not re.fullmatch(r"v[0-9]+", r.name)):
+    for r in (r for r in found if r.name not in last):
         ax.axhline(r.elo, linestyle="--", linewidth=1, color="gray")
         ax.annotate(r.name, (0, r.elo), xycoords=("axes fraction", "data"), fontsize=8)
     ax.set(xlabel="params version", ylabel="Elo", title=f"{len(played):,} games")
