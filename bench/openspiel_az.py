@@ -1,12 +1,12 @@
 """OpenSpiel's own AlphaZero on Connect Four, 2 cores, M minutes; then a match against tinyverse's alphazero.py agent.
 
-    python bench/openspiel_az.py --build                                   # bench/.venvs/openspiel-az only
+    python bench/openspiel_az.py --build                                   # bench/.venvs/openspiel_az only
     python bench/openspiel_az.py train --minutes 60 --out /tmp/os-az       # OpenSpiel's alpha_zero, 60 minutes
     python bench/games.py examples/alphazero.py --minutes 60 --keep /tmp/tv-az --match mcts:100=20   # tinyverse's
     python bench/openspiel_az.py match --tinyverse-db sqlite:////tmp/tv-az/run.db --checkpoint /tmp/os-az --games 100
 
 Issue 54: OpenSpiel's AlphaZero on the same game, cores and time; tinyverse's at least as strong head-to-head.
-Any Python runs this script: it runs itself again in bench/.venvs/openspiel-az (built from
+Any Python runs this script: it runs itself again in bench/.venvs/openspiel_az (built from
 ``bench/peers/openspiel_az.txt`` on first use, minutes): open-spiel 2.0.2 as tinyverse's games extra pins, the JAX
 stack its ``alpha_zero`` imports (jax, flax, optax, orbax, chex: none is among open-spiel's requirements), torch
 2.13.0 and tinyverse (``-e '.[examples,games]'``): the match loads both agents in one process.
@@ -67,9 +67,7 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-VENV = BENCH / ".venvs" / "openspiel-az"
-REQUIREMENTS = BENCH / "peers" / "openspiel_az.txt"
-TORCH = "torch==2.13.0"  # installed first, alone: the CPU wheel lies on disk; any other pulls a multi-GB CUDA build
+VENV = BENCH / ".venvs" / "openspiel_az"
 STOP_GRACE_S = 120  # seconds alpha_zero gets to stop its actors after SIGINT (each ends the game it plays)
 CONFIG = {  # the docstring says where each comes from
     "game": "connect_four",
@@ -107,19 +105,11 @@ def fail(message: str):
 
 
 def venv() -> Path:
-    """bench/.venvs/openspiel-az, built (or rebuilt) from its requirements and tinyverse; its python."""
-    stamp = VENV / "requirements.txt"
-    python = VENV / "bin" / "python"
-    if stamp.exists() and stamp.read_text() == REQUIREMENTS.read_text():
-        return python
-    print(f"building {VENV} from {REQUIREMENTS.relative_to(ROOT)} (minutes)", flush=True)
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
-    pip = [str(python), "-m", "pip", "install", "-q"]
-    subprocess.run([*pip, TORCH], check=True)
-    subprocess.run([*pip, "-r", str(REQUIREMENTS)], check=True)
-    subprocess.run([*pip, "-e", f"{ROOT}[examples,games]"], check=True)
-    stamp.write_text(REQUIREMENTS.read_text())
-    return python
+    """bench/.venvs/openspiel_az (peers.py's builder, from bench/peers/openspiel_az.txt, with tinyverse); its python."""
+    sys.path.insert(0, str(BENCH))
+    import peers
+
+    return peers.venv("openspiel_az", tinyverse_extras="examples,games")
 
 
 # -- train -------------------------------------------------------------------------------------------------------
@@ -377,7 +367,7 @@ def match(args) -> None:
 def main() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job starts with SIGINT ignored
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--build", action="store_true", help="build bench/.venvs/openspiel-az and stop")
+    parser.add_argument("--build", action="store_true", help="build bench/.venvs/openspiel_az and stop")
     sub = parser.add_subparsers(dest="mode", metavar="MODE")
     p = sub.add_parser("train", help="OpenSpiel's alpha_zero for --minutes, checkpoints in --out")
     p.add_argument("--minutes", type=float, default=60.0, help="wall time from the spawn (default 60)")

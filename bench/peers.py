@@ -57,8 +57,9 @@ LAUNCHERS = {"sample-factory": "sample_factory_run.py", "rllib": "rllib_run.py"}
 TORCH = "torch==2.13.0"  # installed first, alone: the CPU wheel lies on disk; any other pulls a multi-GB CUDA build
 
 
-def venv(peer: str) -> Path:
-    """The peer's venv under bench/.venvs/, built (or rebuilt) from bench/peers/PEER.txt; its python."""
+def venv(peer: str, tinyverse_extras: str | None = None) -> Path:
+    """The peer's venv under bench/.venvs/, built (or rebuilt) from bench/peers/PEER.txt (and this checkout's
+    tinyverse with ``tinyverse_extras``, editable, where given); its python."""
     requirements = BENCH / "peers" / f"{peer}.txt"
     home, stamp = VENVS / peer, VENVS / peer / "requirements.txt"
     python = home / "bin" / "python"
@@ -69,6 +70,8 @@ def venv(peer: str) -> Path:
     pip = [str(python), "-m", "pip", "install", "-q"]
     subprocess.run([*pip, TORCH], check=True)
     subprocess.run([*pip, "-r", str(requirements)], check=True)
+    if tinyverse_extras is not None:
+        subprocess.run([*pip, "-e", f"{BENCH.parent}[{tinyverse_extras}]"], check=True)
     stamp.write_text(requirements.read_text())
     return python
 
