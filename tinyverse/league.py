@@ -33,7 +33,9 @@ def games(records: list[dict]) -> list[tuple[str, str, float]]:
     """(side, opponent, score) of each game record that reads as one; junk ones are skipped."""
     found = []
     for r in records:
-        side, versus, score = r.get("side"), r.get("opponent"), r.get("score")
+        side = r.get("side")
+        versus = r.get("opponent")
+        score = r.get("score")
         names = [n for n in (side, versus) if isinstance(n, str) and NAME_RE.fullmatch(n)]
         if len(names) == 2 and side != versus and score in (0.0, 0.5, 1.0):
             found.append((side, versus, float(score)))

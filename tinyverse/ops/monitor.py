@@ -17,16 +17,13 @@ from .bottleneck import bottleneck
 
 
 def mode_info(args):
-    """Dashboard: sessions, options, params and their age, the pace, live workers with their lag, returns, training."""
-    listed = (
-        "".join(f"\n  option    {line}" for line in option_lines(args)) if args.experiment else ""
-    )
+    """The dashboard: sessions, options, params, the pace, live workers and their lag, training."""
+    shown = option_lines(args) if args.experiment else []
+    listed = "".join(f"\n  option    {line}" for line in shown)
     while True:
-        text = (
-            "\n".join(info_text(db, args.last) for db in namespaces(args))
-            or f"no experiments in {masked(args.url)}"
-        )
-        text = typed(text, args.experiment)  # the commands it names run on the file given
+        text = "\n".join(info_text(db, args.last) for db in namespaces(args))
+        # the commands it names run on the file given
+        text = typed(text or f"no experiments in {masked(args.url)}", args.experiment)
         if not args.watch:
             print(text + listed)
             return
@@ -35,7 +32,7 @@ def mode_info(args):
 
 
 def namespaces(args) -> list[Database]:
-    """The experiment's namespace, or every namespace with data when no experiment or prefix is named."""
+    """The experiment's namespace; with no experiment or prefix named, every one holding data."""
     db = connect(args.url, args.prefix, TOOL_WAIT, create=False)
     if args.experiment or args.prefix_given:
         return [db]
@@ -43,7 +40,7 @@ def namespaces(args) -> list[Database]:
 
 
 def _holds_data(db: Database) -> bool:
-    """Whether a namespace holds anything; one whose records are junk does too (clear --all must reach it)."""
+    """Whether a namespace holds anything; junk records count (clear --all must reach them)."""
     try:
         return bool(db.count_sessions().added or db.params_version() is not None or db.workers())
     except TinyverseError:
@@ -51,7 +48,7 @@ def _holds_data(db: Database) -> bool:
 
 
 def option_lines(args) -> list[str]:
-    """One line an option of the experiment: default, type, the value stored in the namespace if any, its help."""
+    """One line an option of the experiment: default, type, its stored value if any, its help."""
     factory = getattr(import_file(args.experiment), "make_experiment", None)
     if not callable(factory):
         return []
@@ -63,7 +60,7 @@ def option_lines(args) -> list[str]:
 
 
 def options_help(experiment: str | None, argv: list[str], parse) -> str | None:
-    """The experiment's options for ``EXP MODE --help`` (``parse``: the CLI's, for the database of ``argv``)."""
+    """The experiment's options for ``EXP MODE --help`` (``parse``: the CLI's, for the database)."""
     if experiment is None or not {"-h", "--help"} & set(argv):
         return None
     try:
@@ -75,10 +72,13 @@ def options_help(experiment: str | None, argv: list[str], parse) -> str | None:
 
 def describe(factory, stored: dict | None = None) -> list[str]:
     """One line an option: ``name=default (type, stored value if it differs): its docstring``."""
-    kind, stored = dataclass_of(factory), stored or {}
+    kind = dataclass_of(factory)
     if kind is None:
         return []
-    docs, hints, lines = _field_docs(kind), typing.get_type_hints(kind), []
+    stored = stored or {}
+    docs = _field_docs(kind)
+    hints = typing.get_type_hints(kind)
+    lines = []
     for f in dataclasses.fields(kind):
         default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
         shown = "required" if default is dataclasses.MISSING else repr(default)
@@ -91,7 +91,7 @@ def describe(factory, stored: dict | None = None) -> list[str]:
 
 
 def _field_docs(kind) -> dict[str, str]:
-    """The docstring under each field (PEP 257 attribute docstrings), read from the class's source and its bases'."""
+    """Each field's docstring (PEP 257 attribute docstrings), from its class's and bases' source."""
     docs = {}
     for cls in reversed(kind.__mro__[:-1]):  # a subclass's docstring wins
         try:
@@ -108,7 +108,9 @@ def _field_docs(kind) -> dict[str, str]:
 def info_text(db: Database, last: int = 100) -> str:
     """The dashboard of one namespace as text."""
     stored, added = db.count_sessions()
-    workers, saved, now = db.workers(), db.params_saved(), time.time()  # typed, or one line
+    workers = db.workers()  # typed, or one line
+    saved = db.params_saved()
+    now = time.time()
     lines = [f"[{db.prefix}] {db.url}"]
     if options := db.setting("options"):
         shown = [f"{k}={v}" for k, v in options.items()]  # quoted if a terminal would obey it
@@ -117,10 +119,9 @@ def info_text(db: Database, last: int = 100) -> str:
     if not (added or saved or workers):
         return "\n".join(lines + [f"  empty: start a player with {command('play', db.prefix)}"])
     corrupt = f", {n:,} corrupt removed" if (n := db.counter("corrupt")) else ""
-    lines.insert(
-        1,
-        f"  sessions  {stored:,} stored of {db.capacity() or 0:,} capacity, {added:,} ever added{corrupt}",
-    )
+    capacity = db.capacity() or 0
+    sessions = f"  sessions  {stored:,} stored of {capacity:,} capacity, {added:,} ever added"
+    lines.insert(1, sessions + corrupt)
     held = (
         "none" if saved is None else f"version {saved.version}, saved {_age(now - saved.time)} ago"
     )
@@ -134,10 +135,9 @@ def info_text(db: Database, last: int = 100) -> str:
         updates = db.counter("updates")
         played = max(0, db.env_steps(pace["session_length"]) - pace["learning_starts"])
         actual = f"{updates / played:.3g}" if played else "-"
-        lines.append(
-            f"  pace      target {pace['updates_per_step']:g} updates an env step (after {pace['learning_starts']:,}, "
-            f"slack {pace['pace_slack']:,}), actual {actual} ({updates:,} updates)"
-        )
+        target = f"target {pace['updates_per_step']:g} updates an env step"
+        after = f"after {pace['learning_starts']:,}, slack {pace['pace_slack']:,}"
+        lines.append(f"  pace      {target} ({after}), actual {actual} ({updates:,} updates)")
     if limit := bottleneck(workers):
         lines.append(f"  limit     {limit}")
     lines += [_worker_line(w, saved, now) for w in workers] or ["  workers   none alive"]
@@ -175,17 +175,13 @@ def _ago(report: dict, now: float) -> str:
 
 
 def _worker_line(w: dict, saved, now: float) -> str:
-    player = w["role"] == "player"
-    rate = (
-        f"{w.get('steps_per_s', 0):,.0f} steps/s"
-        if player
-        else f"{w.get('updates_per_s', 0):,.1f} updates/s"
-    )
+    rate = f"{w.get('steps_per_s', 0):,.0f} steps/s"
+    if w["role"] != "player":
+        rate = f"{w.get('updates_per_s', 0):,.1f} updates/s"
     used = f"  params v{w['version']}" if w.get("version") is not None else ""
     used += f", lag {saved.version - w['version']}" if used and saved is not None else ""
-    used += (
-        f"  {w['pushes']:,} pushes, {w.get('conflicts', 0):,} races lost" if w.get("pushes") else ""
-    )
+    if w.get("pushes"):
+        used += f"  {w['pushes']:,} pushes, {w.get('conflicts', 0):,} races lost"
     used += f"  waiting {w['waiting']}" if w.get("waiting") else ""
     where = f"{w['host']} pid {w['pid']}" + (f" on {w['place']}" if w.get("place") else "")
     return f"  {w['role']:<8}  {where}  up {_age(now - w['started'])}  {rate}{used}"

@@ -66,7 +66,8 @@ def mode_plot(args):
     if not (episodes := db.metrics("episodes")):
         fix = "play first, or check --prefix"
         raise TinyverseError(f"no episode returns stored under prefix {db.prefix!r}: {fix}")
-    returns, k = np.array([m["return"] for m in episodes]), min(20, len(episodes))
+    returns = np.array([m["return"] for m in episodes])
+    k = min(20, len(episodes))  # episodes a window of the running mean
     idle = f"active wall time (min; pauses over {IDLE / 60:g} min left out)"
     curves = {"env steps": [m["steps"] for m in episodes]}
     curves[idle] = active_minutes([m["time"] for m in episodes])
