@@ -294,7 +294,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--game", choices=["pong", "cartpole"], default="pong")
     parser.add_argument("--systems", default="sample-factory,rllib", help="comma-separated: sample-factory, rllib")
-    parser.add_argument("--configs", default="tuned,defaults", help="comma-separated: tuned, defaults")
+    configs = "comma-separated: tuned, defaults (Sample Factory, Pong: also tuned-no-input-norm, tuned-no-return-norm)"
+    parser.add_argument("--configs", default="tuned,defaults", help=configs)
     parser.add_argument("--minutes", type=float, default=60.0, help="pong: wall-time budget of each run")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds (each peer's own seed)")
     parser.add_argument("--budget-s", type=float, default=300.0, help="cartpole: training seconds a run")

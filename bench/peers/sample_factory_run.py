@@ -48,6 +48,9 @@ CONFIGS = {
         ],
     },
 }
+# ablations of tuned: which of what Sample Factory adds to PPO's settings buys its agent steps (issue 55, item 4)
+CONFIGS["pong"]["tuned-no-input-norm"] = [*CONFIGS["pong"]["tuned"], "--normalize_input=False"]
+CONFIGS["pong"]["tuned-no-return-norm"] = [*CONFIGS["pong"]["tuned"], "--normalize_returns=False"]
 
 
 def make_pong(full_env_name, cfg, env_config=None, render_mode=None):
@@ -139,7 +142,7 @@ def serve_evals(workdir: str) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("mode", choices=["pong", "cartpole", "evaluate"])
-    parser.add_argument("--config", choices=["tuned", "defaults"], default="tuned")
+    parser.add_argument("--config", choices=sorted({c for g in CONFIGS.values() for c in g}), default="tuned")
     parser.add_argument("--dir", required=True, help="Sample Factory's train_dir for this run")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
