@@ -13,6 +13,7 @@ import sqlite3
 import struct
 import subprocess
 import sys
+import threading
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import redis
-from conftest import ROOT, cli_env, purge
+from conftest import ROOT, cli_env, purge, wait_for
 
 from tinyverse.database import connect
 from tinyverse.encoding import MAGIC, encode
@@ -164,6 +165,10 @@ def seeded(url: str, prefix: str) -> None:
         play(exp, db, batch_size=2, rounds=3)
         train(exp, db, batch_size=2, updates=2, save_every=1, report_every=0)
         db.save_snapshot("passed", *db.load_params()[::-1])
+        # a stop never waits for a sample: the one in flight ends on its own, and would remove the garbage a
+        # case writes next (as a trainer must), not a read-only mode
+        sampling = lambda: [t for t in threading.enumerate() if t.name == "prefetch"]  # noqa: E731
+        wait_for(lambda: not sampling(), 30, "the seeding trainer's last sample to end")
     finally:
         db.close()
 

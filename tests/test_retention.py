@@ -52,6 +52,16 @@ def test_a_trainer_keeps_the_last_k_and_every_mth_version_and_no_named_snapshot_
     assert kept(db) == [4, 8, 12, 13, 14] and db.find_params("passed")[0] == 1
 
 
+def test_a_version_published_but_not_yet_kept_when_its_trainer_died_is_kept_by_the_next_trainer(db):
+    play(FakeExperiment(db), db, batch_size=2, rounds=2)
+    train(retaining(db, 2, 4), db, batch_size=2, updates=2, save_every=1)
+    params = db.load_params()[1]
+    assert db.save_params(params, 4, expect=3) is not None  # v4 published; the kill came before retain
+    assert kept(db) == [2, 3]
+    train(retaining(db, 2, 4), db, batch_size=2, updates=2, save_every=1)
+    assert kept(db) == [4, 5, 6] == wanted(6, 2, 4)
+
+
 def test_retention_set_to_zero_keeps_nothing_and_keep_every_alone_keeps_only_multiples(db):
     play(FakeExperiment(db), db, batch_size=2, rounds=2)
     train(retaining(db, 0, 0), db, batch_size=2, updates=4, save_every=1)

@@ -63,6 +63,8 @@ class Trainer:
         self.worker = Worker(db, "trainer", exp.run.args)
         self.worker.info |= {"pace": self.pace.spec, "updates": 0}
         self.worker.info["version"] = self.publisher.version
+        if (every := self.settings.keep_every) and self.publisher.version % every == 0:
+            self.retain(self.publisher.version)  # a trainer killed after publishing it kept none
         self.report_every = report_every
         self.on_report = on_report  # on_report(mean metrics, env steps), at each report
         self.say = Every(10.0)  # the log, every 10 s
@@ -119,13 +121,17 @@ class Trainer:
         if self.saved < self.done:
             self.saved = self.done
             version = self.publisher.push()
-            try:  # snapshots vN of the last versions and every keep_every-th
-                last = self.settings.keep_last
-                self.db.retain(self.publisher.stored, version, last, self.settings.keep_every)
-            except DatabaseError as e:  # full of named snapshots: training goes on
-                log.warning("params v%d not kept as a snapshot: %s", version, e)
+            self.retain(version)
             pushes = {"pushes": self.publisher.pushes, "conflicts": self.publisher.conflicts}
             self.worker.info |= {"version": version, **pushes}
+
+    def retain(self, version: int) -> None:
+        """Keep snapshots vN of the last versions and every keep_every-th (Database.retain)."""
+        try:
+            last = self.settings.keep_last
+            self.db.retain(self.publisher.stored, version, last, self.settings.keep_every)
+        except DatabaseError as e:  # full of named snapshots: training goes on
+            log.warning("params v%d not kept as a snapshot: %s", version, e)
 
     def report(self, final: bool) -> None:
         """Heartbeat; every ``report_every`` seconds and at the last update, store the mean
