@@ -294,7 +294,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--game", choices=["pong", "cartpole"], default="pong")
     parser.add_argument("--systems", default="sample-factory,rllib", help="comma-separated: sample-factory, rllib")
-    configs = "comma-separated: tuned, defaults (Sample Factory, Pong: also tuned-no-input-norm, tuned-no-return-norm)"
+    configs = (
+        "comma-separated: tuned, defaults (RLlib's APPO; its PPO: ppo-tuned, ppo-defaults; Sample Factory, Pong: also"
+        " tuned-no-input-norm, tuned-no-return-norm)"
+    )
     parser.add_argument("--configs", default="tuned,defaults", help=configs)
     parser.add_argument("--minutes", type=float, default=60.0, help="pong: wall-time budget of each run")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds (each peer's own seed)")

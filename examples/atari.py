@@ -12,11 +12,11 @@ Players act with params a few versions old and record each action's log-probabil
 the trainer corrects for the lag with V-trace and takes PPO's clipped surrogate on its advantages
 (``common.appo_loss``, which recurrent.py shares), so each recorded tick is trained on ``max_reuse``
 times. Frames are the emulator's grayscale at 80x80, each stored once: the window of the last 4 is the
-agent's memory (``FrameMemory``), rebuilt by the trainer. The network is the A3C paper's, channels-last.
+agent's memory (``FrameMemory``), rebuilt by the trainer. The network is the A3C paper's, channels-last; on
+Atari games it sees each pixel normalized by that pixel's running mean and deviation (``normalize_input``).
 The trainer's device: ``--device`` / ``TINYVERSE_DEVICE``. Measured results: docs/examples.rst.
 
-IMPALA / V-trace: https://arxiv.org/abs/1802.01561. PPO: https://arxiv.org/abs/1707.06347.
-A3C: https://arxiv.org/abs/1602.01783.
+IMPALA / V-trace: https://arxiv.org/abs/1802.01561. PPO: https://arxiv.org/abs/1707.06347. A3C: https://arxiv.org/abs/1602.01783.
 """
 
 from dataclasses import dataclass
@@ -96,6 +96,9 @@ class Args(tinyverse.Settings):
     """> 0: PPO's clipped surrogate (ratio to the player's policy within 1 +- clip) on V-trace's advantages"""
     normalize_advantages: bool = True
     """scale each batch's advantages to mean 0, std 1 (as PPO does)"""
+    normalize_input: bool | None = None
+    """scale each pixel by the running mean and std of its values in the frames trained on, clipped to +-5, as
+    Sample Factory's normalize_input; the statistics travel with the params (Atari: true; CarRacing: false)"""
     batch_ticks: int = 200
     """ticks an update trains on: train_batch_size = batch_ticks / session_length sessions (train -b overrides)"""
     recent_sessions: int = 64
@@ -119,7 +122,14 @@ class Args(tinyverse.Settings):
 # Any Atari game: its own actions (ALE's minimal set) and the whole screen at 84x84, as DQN's and PPO's
 # preprocessing; Pong's defaults, on which the figures of docs/examples.rst were measured, keep the field only
 ATARI = dict(
-    noop_max=30, actions="all", crop="0,210,0,160", size=84, clip_rewards=True, reward_scale=1.0, max_reuse=8.0
+    noop_max=30,
+    actions="all",
+    crop="0,210,0,160",
+    size=84,
+    clip_rewards=True,
+    reward_scale=1.0,
+    max_reuse=8.0,
+    normalize_input=True,
 )
 GAMES = {
     "Atari": ATARI,
@@ -129,7 +139,14 @@ GAMES = {
     # tile, up to ~900 an episode) scaled, not clipped: their sign would weigh a tile as much as a frame, and
     # raw, the value loss's gradient would drown the policy's under the gradient clip
     "CarRacing": dict(
-        noop_max=0, actions="0,1,2,3,4", crop="0,84,6,90", size=42, clip_rewards=False, reward_scale=0.1, max_reuse=4.0
+        noop_max=0,
+        actions="0,1,2,3,4",
+        crop="0,84,6,90",
+        size=42,
+        clip_rewards=False,
+        reward_scale=0.1,
+        max_reuse=4.0,
+        normalize_input=False,
     ),
 }
 
@@ -202,7 +219,7 @@ class ActorCritic(nn.Module):
         "nature": ([(32, 8, 4), (64, 4, 2), (64, 3, 1)], 512),
     }
 
-    def __init__(self, net: str, window: int, size: int, n_actions: int):
+    def __init__(self, net: str, window: int, size: int, n_actions: int, normalize: bool = False):
         super().__init__()
         assert net in self.TORSOS, f"net {net!r}: choose one of {', '.join(self.TORSOS)}"
         convs, hidden = self.TORSOS[net]
@@ -216,14 +233,40 @@ class ActorCritic(nn.Module):
         self.torso.append(nn.ReLU())
         self.policy = layer_init(nn.Linear(hidden, n_actions), std=0.01)
         self.value = layer_init(nn.Linear(hidden, 1), std=1.0)
+        self.normalize = normalize
+        if normalize:  # a pixel's running statistics over the frames trained on, in [0, 1] units: until the first
+            # update (count 0) the frames go in as x / 255, as without normalization
+            self.register_buffer("pixel_mean", torch.zeros(size, size, dtype=torch.float64))
+            self.register_buffer("pixel_var", torch.ones(size, size, dtype=torch.float64))
+            self.register_buffer("pixel_count", torch.zeros(1, dtype=torch.float64))
         # pixels next to each other in memory (NHWC): the same numbers, and on a CPU core an update takes half
         # the time (89 -> 49 ms an update of 8 Pong sessions, 1 thread; bench/atari_learn.py --profile)
         self.to(memory_format=torch.channels_last)
 
     def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        frames = frames.contiguous(memory_format=torch.channels_last).float().div_(255.0)  # uint8 until here
+        frames = frames.contiguous(memory_format=torch.channels_last).float()  # uint8 until here
+        if self.normalize:  # (x / 255 - mean) / std in one pass: a pixel that rarely changes (the ball's path
+            # across a still field) stands out
+            std = (self.pixel_var.float() + 1e-5).sqrt()
+            frames = torch.addcmul(-self.pixel_mean.float() / std, frames, 1.0 / (255.0 * std)).clamp_(-5.0, 5.0)
+        else:
+            frames = frames.div_(255.0)
         hidden = self.torso(frames)
         return self.policy(hidden), self.value(hidden).squeeze(-1)
+
+    @torch.no_grad()
+    def observe(self, frames: torch.Tensor) -> None:
+        """Fold (N, H, W) uint8 frames into the per-pixel running mean and variance (the parallel
+        update of https://en.wikipedia.org/wiki/Algorithms_for_calculating_variance#Parallel_algorithm)."""
+        x = frames.double() / 255.0
+        n = x.shape[0]
+        count = self.pixel_count.clone()
+        total = count + n
+        delta = x.mean(0) - self.pixel_mean
+        moments = self.pixel_var * count + x.var(0, unbiased=False) * n + delta**2 * count * n / total
+        self.pixel_var.copy_(moments / total)
+        self.pixel_mean.add_(delta * n / total)
+        self.pixel_count.copy_(total)
 
 
 class Atari(tinyverse.Experiment):
@@ -233,7 +276,7 @@ class Atari(tinyverse.Experiment):
         env = self.make_env()
         assert isinstance(env.action_space, gym.spaces.Discrete), "only discrete actions"
         self.frames = FrameMemory(a.window, env.observation_space.shape)
-        self.net = ActorCritic(a.net, a.window, a.size, int(env.action_space.n))
+        self.net = ActorCritic(a.net, a.window, a.size, int(env.action_space.n), a.normalize_input)
         env.close()
         self.device = torch.device("cpu")  # players act on the CPU; prepare_training picks the trainer's
 
@@ -334,6 +377,9 @@ class Atari(tinyverse.Experiment):
         total.backward()
         grad_norm = nn.utils.clip_grad_norm_(self.net.parameters(), self.args.max_grad_norm)
         self.optimizer.step()
+        if a.normalize_input:  # after the update, so that it trained the policy the players acted with (rho 1
+            # without lag); Sample Factory's learner folds a batch in before it
+            self.net.observe(torch.from_numpy(batch["observations"]).to(d).flatten(0, 1))
         return metrics | {"grad_norm": grad_norm.item()}
 
     # -- params -----------------------------------------------------------------
@@ -341,6 +387,10 @@ class Atari(tinyverse.Experiment):
         return get_weights({"": self.net})  # the net's own keys: stored runs' params load as they are
 
     def set_params(self, params):
+        assert "pixel_mean" in params or not self.args.normalize_input, (
+            "params without normalize_input's pixel statistics: a run stored before it was on goes on with --set"
+            " normalize_input=false"
+        )
         load_weights({"": self.net}, params)
 
 

@@ -1,14 +1,17 @@
-"""RLlib 2.60 (APPO, the new API stack) on Pong or CartPole, started by ``bench/peers.py`` in RLlib's own venv.
+"""RLlib 2.60 (APPO and PPO, the new API stack) on Pong or CartPole, started by ``bench/peers.py`` in its venv.
 
     python bench/peers/rllib_run.py pong --config tuned --dir RUN --seed 0 --minutes 45
     python bench/peers/rllib_run.py cartpole --config defaults --dir RUN --seed 0 --budget-s 300 --eval-every-s 3
+    python bench/peers/rllib_run.py pong --config ppo-tuned --dir RUN --seed 0 --minutes 45    # PPO: ppo-*
 
-Every setting beside ``APPOConfig()``'s defaults, with its source (the Ray repository at 2.60:
-``rllib/tuned_examples/appo/pong_appo.py``, ``rllib/tuned_examples/appo/cartpole_appo.py``, RLlib's docs
-on scaling: env runners, learners, aggregator actors), is in ``configure``; docs/benchmarks.rst ("Peers:
-settings and why") says why. CartPole: after each training iteration whose end passes the next eval
-time, the learner's params play the greedy eval in this process, off the clock (the iteration has
-returned, so nothing trains meanwhile), and a JSON line ``{"t", "paused", "eval", "steps"}`` is printed.
+Every setting beside ``APPOConfig()``'s (``PPOConfig()``'s) defaults, with its source (the Ray repository at
+2.60: ``rllib/tuned_examples/appo/pong_appo.py``, ``rllib/tuned_examples/appo/cartpole_appo.py``; for PPO
+``rllib/tuned_examples/ppo/pong_ppo.py`` and ``cartpole_ppo.py``, read at the repository's commits 2fad65e and
+06ec0d1, their settings spelled in 2.60's names; RLlib's docs on scaling: env runners, learners, aggregator
+actors), is in ``configure``; docs/benchmarks.rst ("Peers: settings and why") says why. CartPole: after each
+training iteration whose end passes the next eval time, the learner's params play the greedy eval in this
+process, off the clock (the iteration has returned, so nothing trains meanwhile), and a JSON line ``{"t",
+"paused", "eval", "steps"}`` is printed.
 """
 
 import argparse
@@ -40,16 +43,23 @@ def make_cartpole(cfg: dict):
 
 
 def configure(game: str, config: str, seed: int):
-    """The APPO config of a game and config name, and how many CPUs Ray is told this machine has."""
+    """The APPO (``ppo-*``: PPO) config of a game and config name, and how many CPUs Ray is told this machine has."""
     from ray.rllib.algorithms.appo import APPOConfig
+    from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
-    c = APPOConfig().debugging(seed=seed).reporting(min_time_s_per_iteration=1)  # evals every few s, not 10
+    ppo = config.startswith("ppo-")
+    config = config.removeprefix("ppo-")
+    c = (PPOConfig() if ppo else APPOConfig()).debugging(seed=seed).reporting(min_time_s_per_iteration=1)
     if config == "defaults":
         # APPOConfig()'s defaults ask for 2 env runners and a learner actor of a CPU each and a CPU for this
         # process: Ray is told 4 CPUs, or it waits for ever for the ones it lacks (oversubscribed, as asked)
         env_config = {"framestack": 4}  # the 4-frame stack in the env (RLlib's default way; SB3's setting)
         return c.environment(game, env_config=env_config if game == "pong" else {}), 4
+    if game == "cartpole" and ppo:  # tuned_examples/ppo/cartpole_ppo.py
+        c = c.environment("cartpole").training(lr=0.0003, num_epochs=6, vf_loss_coeff=0.01, use_kl_loss=True)
+        model = DefaultModelConfig(fcnet_hiddens=[32], fcnet_activation="linear", vf_share_layers=True)
+        return scale_down(c.rl_module(model_config=model)), CPUS
     if game == "cartpole":
         c = c.environment("cartpole").training(  # tuned_examples/appo/cartpole_appo.py
             train_batch_size_per_learner=1000, vf_loss_coeff=0.05, entropy_coeff=0.01, num_epochs=2, lr=0.00075,
@@ -59,18 +69,25 @@ def configure(game: str, config: str, seed: int):
     from ray.rllib.connectors.env_to_module.frame_stacking import FrameStackingEnvToModule
     from ray.rllib.connectors.learner.frame_stacking import FrameStackingLearner
 
-    c = c.environment("pong", clip_rewards=True).env_runners(  # tuned_examples/appo/pong_appo.py from here on
-        env_to_module_connector=lambda env, *_: FrameStackingEnvToModule(num_frames=4),
-    ).training(
-        learner_connector=lambda *_: FrameStackingLearner(num_frames=4),  # frames stacked where they are used
-        train_batch_size_per_learner=500, target_network_update_freq=2, lr=0.0005, vf_loss_coeff=1.0,
-        entropy_coeff=[[0, 0.01], [3000000, 0.0]], broadcast_interval=5, circular_buffer_num_batches=4,
-        circular_buffer_iterations_per_batch=2,
-    ).rl_module(model_config=DefaultModelConfig(
+    # tuned_examples/appo/pong_appo.py (and ppo/pong_ppo.py) from here on; frames stacked where they are used
+    c = c.environment("pong", clip_rewards=True)
+    c = c.env_runners(env_to_module_connector=lambda env, *_: FrameStackingEnvToModule(num_frames=4))
+    c = c.training(learner_connector=lambda *_: FrameStackingLearner(num_frames=4))
+    if ppo:  # tuned_examples/ppo/pong_ppo.py: its lr is 0.00015 a GPU; the learner here is one, on a CPU
+        c = c.training(
+            lambda_=0.95, kl_coeff=0.5, clip_param=0.1, vf_clip_param=10.0, entropy_coeff=0.01, num_epochs=10,
+            lr=0.00015, grad_clip=100.0, grad_clip_by="global_norm",
+        )  # fmt: skip
+    else:
+        c = c.training(
+            train_batch_size_per_learner=500, target_network_update_freq=2, lr=0.0005, vf_loss_coeff=1.0,
+            entropy_coeff=[[0, 0.01], [3000000, 0.0]], broadcast_interval=5, circular_buffer_num_batches=4,
+            circular_buffer_iterations_per_batch=2,
+        )  # fmt: skip
+    return scale_down(c.rl_module(model_config=DefaultModelConfig(  # the same network in both tuned examples
         vf_share_layers=True, conv_filters=[(16, 4, 2), (32, 4, 2), (64, 4, 2), (128, 4, 2)],
         conv_activation="relu", head_fcnet_hiddens=[256],
-    ))  # fmt: skip
-    return scale_down(c), CPUS
+    ))), CPUS  # fmt: skip
 
 
 def scale_down(c):
@@ -143,7 +160,7 @@ if __name__ == "__main__":
     signal.signal(signal.SIGTERM, interrupt)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("mode", choices=["pong", "cartpole"])
-    parser.add_argument("--config", choices=["tuned", "defaults"], default="tuned")
+    parser.add_argument("--config", choices=["tuned", "defaults", "ppo-tuned", "ppo-defaults"], default="tuned")
     parser.add_argument("--dir", required=True, help="this run's folder (Ray's temp files)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--minutes", type=float, default=45.0, help="pong: the budget")
