@@ -48,12 +48,12 @@ class Args(tinyverse.Settings):
     """how the league draws a kept version: uniform, or weighted towards those the agent scores least against"""
     channels: int = 32
     """channels of each 3x3 convolution"""
-    layers: int = 2
-    """3x3 convolutions"""
+    layers: int = 4
+    """3x3 convolutions (4: each point sees the whole 9x9 board)"""
     hidden: int = 64
     """units of the value stream's hidden layer"""
-    learning_rate: float = 5e-4
-    """Adam step size"""
+    learning_rate: float = 2.5e-4
+    """Adam step size (at 5e-4 the greedy agent's score against random swung 0.89-0.97 between versions)"""
     gamma: float = 0.99
     """discount factor (below 1: a quicker win is worth more)"""
     n_step: int = 3
