@@ -39,7 +39,7 @@ class Args(tinyverse.Settings):
     game: str = "connect_four"
     """an OpenSpiel two-player game with a board of planes: connect_four, tic_tac_toe, go, othello, ..."""
     board_size: int = 9
-    """Go's board (other games ignore it)"""
+    """the side of Go's and Hex's board (games.SIZED; other games ignore it)"""
     opponent: str = "self"
     """who plays the other seat: self (the agent: both seats recorded), random, mcts:SIMULATIONS, gnugo:LEVEL (Go)"""
     rated_games: float = 0.1
@@ -291,7 +291,7 @@ class AlphaZero(tinyverse.Experiment):
     def __init__(self, args: Args | None = None):
         self.args = a = args or Args()
         super().__init__(a)
-        self.game_params = {"board_size": a.board_size} if a.game == "go" else {}
+        self.game_params = {"board_size": a.board_size} if a.game in games.SIZED else {}
         self.game = games.load(a.game, **self.game_params)
         shape = tuple(self.game.observation_tensor_shape())
         if len(shape) != 3:

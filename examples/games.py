@@ -38,6 +38,7 @@ BINARY = ("go", "tic_tac_toe", "connect_four", "othello", "breakthrough", "hex")
 # 16% of 1,000 random 9x9 games short, each scored mid-fight; 4 a point (324) cut 0.5%. Random play is where every
 # learner starts; the moves array grows with it (324 int16, 648 bytes an observation).
 GO_MOVES_A_POINT = 4
+SIZED = ("go", "hex")  # games whose board_size go.py's and alphazero.py's board_size sets (a square board)
 SELF = "self"  # the opponent of self-play: none, the agent plays both seats
 
 

@@ -38,7 +38,7 @@ class Args(tinyverse.Settings):
     game: str = "go"
     """an OpenSpiel two-player game with a board of planes: go, tic_tac_toe, connect_four, othello, ..."""
     board_size: int = 9
-    """Go's board (other games ignore it)"""
+    """the side of Go's and Hex's board (games.SIZED; other games ignore it)"""
     opponent: str = "self"
     """the other seat: self (the agent, both seats), league (a stored version drawn at each game), latest, vN or a
     snapshot's name, random, mcts:SIMULATIONS, gnugo:LEVEL (eval --opponent NAME: another, for that eval only)"""
@@ -217,7 +217,7 @@ class GoDQN(tinyverse.Experiment):
         self.args = a = args or Args()
         super().__init__(a)
         self.db = db  # where the league's snapshots are drawn from (None: no league)
-        self.game_params = {"board_size": a.board_size} if a.game == "go" else {}
+        self.game_params = {"board_size": a.board_size} if a.game in games.SIZED else {}
         self.game = games.load(a.game, **self.game_params)
         if a.league_pick not in ("uniform", "weighted"):
             raise games.GameError(f"league_pick={a.league_pick!r}: choose uniform or weighted")

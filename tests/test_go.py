@@ -14,6 +14,7 @@ optional("pyspiel")
 torch = optional("torch")
 if str(ROOT / "examples") not in sys.path:  # as the loader makes them: examples/ importable
     sys.path.insert(0, str(ROOT / "examples"))
+import alphazero  # noqa: E402
 import games  # noqa: E402
 import go  # noqa: E402
 
@@ -78,6 +79,14 @@ def test_the_agent_plays_only_legal_moves_in_self_play_greedy_or_exploring(game)
     best = 8 if game == "tic_tac_toe" else 80
     exp.set_params(preferring(exp, {stones[0]: 1e3, stones[1]: 1e3, best: 500.0}))
     assert exp.act(batched(obs), {}, greedy=True)[0][0] == best
+
+
+@pytest.mark.parametrize("game, actions", [("go", 5 * 5 + 1), ("hex", 5 * 5), ("connect_four", 7)])
+def test_board_size_is_the_side_of_gos_and_hexs_board_and_other_games_ignore_it(game, actions):
+    """One place (games.SIZED) says which games take it, for go.py and alphazero.py alike."""
+    exp = go.make_experiment(None, go.Args(game=game, board_size=5))
+    assert exp.make_env().action_space.n == actions
+    assert alphazero.make_experiment(alphazero.Args(game=game, board_size=5)).game.num_distinct_actions() == actions
 
 
 def session(seats, rewards, terminated) -> dict:
