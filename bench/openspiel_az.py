@@ -1,9 +1,13 @@
-"""OpenSpiel's own AlphaZero on Connect Four, 2 cores, M minutes; then a match against tinyverse's alphazero.py agent.
+"""OpenSpiel's own AlphaZero on a board game, 2 cores, M minutes; then a match against tinyverse's alphazero.py agent.
 
     python bench/openspiel_az.py --build                                   # bench/.venvs/openspiel_az only
     python bench/openspiel_az.py train --minutes 60 --out /tmp/os-az       # OpenSpiel's alpha_zero, 60 minutes
     python bench/games.py examples/alphazero.py --minutes 60 --keep /tmp/tv-az --match mcts:100=20   # tinyverse's
     python bench/openspiel_az.py match --tinyverse-db sqlite:////tmp/tv-az/run.db --checkpoint /tmp/os-az --games 100
+    python bench/openspiel_az.py train --game go --minutes 60 --out /tmp/os-az-go   # Go 9x9 (--board-size 9)
+
+``--game`` (connect_four by default) is loaded as alphazero.py loads it (``games.load``: Go 9x9, komi 7.5, its
+move limit), so both agents play the same game; ``match`` refuses a run and a checkpoint of different games.
 
 Issue 54: OpenSpiel's AlphaZero on the same game, cores and time; tinyverse's at least as strong head-to-head.
 Any Python runs this script: it runs itself again in bench/.venvs/openspiel_az (built from
@@ -24,11 +28,12 @@ The config: OpenSpiel's Connect Four command in its docs (docs/alpha_zero.md, "U
 ``alpha_zero.py --game connect_four --nn_model mlp --actors 10``), every other setting the default of that script's
 flags (open_spiel/python/examples/alpha_zero.py, 2.0.2), scaled to 2 cores:
 
-- game connect_four; nn_model mlp (the docs' command); nn_width 256, nn_depth 2; uct_c 1.41; max_simulations 40;
-  train_batch_size 128; replay_buffer_size 2**13; replay_buffer_reuse 4 (a learner step every 2**13 / 4 = 2048
-  new positions); learning_rate 1e-3; weight_decay 1e-4 (not decoupled); policy_epsilon 0.25, policy_alpha 1.0
-  (Dirichlet noise at the root of self-play); temperature 1, temperature_drop 2; checkpoint_freq 25;
-  evaluation_window 50; eval_levels 7: all the script's defaults.
+- game connect_four (``--game`` plays another with the same settings); nn_model mlp (the docs' command);
+  nn_width 256, nn_depth 2; uct_c 1.41; max_simulations 40; train_batch_size 128; replay_buffer_size 2**13;
+  replay_buffer_reuse 4 (a learner step every 2**13 / 4 = 2048 new positions); learning_rate 1e-3; weight_decay
+  1e-4 (not decoupled); policy_epsilon 0.25, policy_alpha 1.0 (Dirichlet noise at the root of self-play);
+  temperature 1, temperature_drop 2; checkpoint_freq 25; evaluation_window 50; eval_levels 7: all the script's
+  defaults.
 - nn_api_version nnx: Config's own default (the script's ``--nn_api`` says linen). Neither jits inference: each
   leaf is a few eager JAX calls, and nnx's cost a quarter of linen's CPU time a move (0.13 s against 0.55 s for 40
   simulations on the dev machine): the faster of OpenSpiel's two, so the more games in the same minutes.
@@ -113,9 +118,21 @@ def venv() -> Path:
 
 
 # -- train -------------------------------------------------------------------------------------------------------
-def config_of(sets: list[str], out: Path) -> dict:
-    """CONFIG with ``--set NAME=VALUE``s, each as its default's type, and the checkpoints' folder."""
-    config = dict(CONFIG)
+def game_string(name: str, board_size: int) -> str:
+    """The game as tinyverse's examples load it (games.load; ``board_size`` for games.SIZED), as the string
+    ``pyspiel.load_game`` takes: Go is 9x9 with komi 7.5 and tinyverse's move limit on both sides."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    import games
+
+    try:
+        return str(games.load(name, **({"board_size": board_size} if name in games.SIZED else {})))
+    except games.GameError as e:
+        fail(f"--game {name}: {e}")
+
+
+def config_of(sets: list[str], out: Path, game: str) -> dict:
+    """CONFIG with ``--set NAME=VALUE``s, each as its default's type, the game and the checkpoints' folder."""
+    config = dict(CONFIG, game=game)
     for text in sets:
         name, _, value = text.partition("=")
         settable = [k for k, v in CONFIG.items() if v is not None and k != "game"]
@@ -201,7 +218,7 @@ def train(args) -> None:
     if (out / "config.json").exists():
         fail(f"{out} holds a run already: give train a new folder")
     out.mkdir(parents=True, exist_ok=True)
-    config = config_of(args.set, out)
+    config = config_of(args.set, out, game_string(args.game, args.board_size))
     command = [sys.executable, __file__, "learn", "--config", json.dumps(config), "--cpus", args.cpus]
     print(f"OpenSpiel's alpha_zero on {config['game']} for {args.minutes:g} minutes on cpus {args.cpus}: {out}")
     start = time.monotonic()
@@ -311,6 +328,7 @@ def play(game, tinyverse_move, bot, seat: int, actions: list[int]) -> tuple[floa
 
 def match(args) -> None:
     import numpy as np
+    import pyspiel
 
     sys.path.insert(0, str(BENCH))
     import atari_learn  # noqa: E402  (the commit a row keeps)
@@ -326,8 +344,8 @@ def match(args) -> None:
     except TinyverseError as e:
         fail(str(e))
     bot, config = openspiel_bot(folder, name, args.openspiel_simulations)
-    if exp.args.game != config.game:
-        fail(f"the tinyverse run plays {exp.args.game}, the checkpoint {config.game}: match runs of one game")
+    if str(exp.game) != str(pyspiel.load_game(config.game)):
+        fail(f"the tinyverse run plays {exp.game}, the checkpoint {config.game}: match runs of one game")
     game = exp.game
     observe = exp.search.observe  # games.Observer: the observation GameEnv gives the agent
 
@@ -374,6 +392,8 @@ def main() -> None:
     p.add_argument("--out", required=True, help="a new folder for its checkpoints and logs")
     p.add_argument("--cpus", default="0,1", help="the cores it runs on (default 0,1; '' for all)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a setting of the config")
+    p.add_argument("--game", default="connect_four", help="the game, as alphazero.py's game (default connect_four)")
+    p.add_argument("--board-size", type=int, default=9, help="Go's and Hex's side, as alphazero.py's (default 9)")
     p = sub.add_parser("match", help="tinyverse's agent against OpenSpiel's trained one")
     p.add_argument("--tinyverse-db", required=True, help="the tinyverse run's database, sqlite:///FOLDER/run.db")
     p.add_argument("--prefix", default="alphazero", help="its prefix (default alphazero)")
