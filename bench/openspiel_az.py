@@ -125,7 +125,7 @@ def game_string(name: str, board_size: int) -> str:
     import games
 
     try:
-        return str(games.load(name, **({"board_size": board_size} if name in games.SIZED else {})))
+        return str(games.load(name, **games.sized(name, board_size)))
     except games.GameError as e:
         fail(f"--game {name}: {e}")
 

@@ -291,7 +291,7 @@ class AlphaZero(tinyverse.Experiment):
     def __init__(self, args: Args | None = None):
         self.args = a = args or Args()
         super().__init__(a)
-        self.game_params = {"board_size": a.board_size} if a.game in games.SIZED else {}
+        self.game_params = games.sized(a.game, a.board_size)
         self.game = games.load(a.game, **self.game_params)
         shape = tuple(self.game.observation_tensor_shape())
         if len(shape) != 3:

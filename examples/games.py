@@ -50,6 +50,11 @@ class IllegalMove(GameError):
     """An action that is not legal here; the game is as it was."""
 
 
+def sized(game: str, board_size: int) -> dict:
+    """The params a ``board_size`` setting gives ``game``: its side for the games of SIZED, none for the others."""
+    return {"board_size": board_size} if game in SIZED else {}
+
+
 def load(game: str, **params) -> "pyspiel.Game":
     """The OpenSpiel game ``game`` with ``params``; Go defaults to 9x9, komi 7.5, 4 moves a point at most."""
     if game not in pyspiel.registered_names():

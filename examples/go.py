@@ -217,7 +217,7 @@ class GoDQN(tinyverse.Experiment):
         self.args = a = args or Args()
         super().__init__(a)
         self.db = db  # where the league's snapshots are drawn from (None: no league)
-        self.game_params = {"board_size": a.board_size} if a.game in games.SIZED else {}
+        self.game_params = games.sized(a.game, a.board_size)
         self.game = games.load(a.game, **self.game_params)
         if a.league_pick not in ("uniform", "weighted"):
             raise games.GameError(f"league_pick={a.league_pick!r}: choose uniform or weighted")
