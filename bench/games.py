@@ -12,7 +12,8 @@ example's defaults and the given ``--set``s; after M minutes the script sends it
 the trainer publishes), so the agent judged is the one M minutes of training left. ``--sixths NAME`` prints the
 games the players rated against NAME (alphazero.py's ``rated_opponent``) before the matches, in six parts by time.
 ``--snapshots NAME=GAMES`` plays every kept ``vN`` snapshot against NAME after the matches (``eval --params vN``),
-each with its minute of the run: the agent's strength over the run, not only at its end.
+each with its minute of the run: the agent's strength over the run, not only at its end; ``--spread K`` plays K
+of them instead, spread evenly over the run's minutes (a long run keeps one every ``keep_every`` versions).
 The ratings ``info`` shows at the end (league games and these matches) are printed and stored with the row.
 """
 
@@ -47,6 +48,7 @@ def main():
     parser.add_argument("--keep", help="a folder to keep the database in (default: a temp folder)")
     parser.add_argument("--sixths", metavar="NAME", help="print the run's rated games against NAME by sixths")
     parser.add_argument("--snapshots", metavar="NAME=GAMES", help="each kept vN snapshot's match against NAME")
+    parser.add_argument("--spread", type=int, metavar="K", help="--snapshots of K snapshots spread over the run")
     args = parser.parse_args()
     experiment = str(Path(args.experiment).resolve())
     sets = [a for s in args.set for a in ("--set", s)]
@@ -70,7 +72,7 @@ def main():
     for spec in args.match:
         row["matches"].append(match(experiment, folder, db + sets, spec))
     if args.snapshots:
-        row["snapshots"] = each_snapshot(experiment, folder, db + sets, args.snapshots)
+        row["snapshots"] = each_snapshot(experiment, folder, db + sets, args.snapshots, args.spread)
     info = subprocess.run(tinyverse(experiment, "info", *db), cwd=folder, capture_output=True, text=True)
     ratings = [line.strip() for line in info.stdout.splitlines() if line.startswith(("  ratings", " " * 12))]
     print("\n".join(ratings))
@@ -102,13 +104,19 @@ def match(experiment: str, folder: str, flags: list[str], spec: str, params: str
     return row
 
 
-def each_snapshot(experiment: str, folder: str, flags: list[str], spec: str) -> list[dict]:
-    """The match ``spec`` of every kept ``vN`` snapshot, oldest first, each with its minute of the run (from the
-    trainer's first report, a few seconds after the run's start)."""
+def each_snapshot(experiment: str, folder: str, flags: list[str], spec: str, spread: int | None) -> list[dict]:
+    """The match ``spec`` of every kept ``vN`` snapshot (or of ``spread`` of them, the nearest to evenly spaced
+    minutes, the last included), oldest first, each with its minute of the run (from the trainer's first report, a
+    few seconds after the run's start)."""
     db = run_db(folder, experiment)
     start = min(r["time"] for r in db.metrics("train"))
-    kept = [s for s in db.snapshots() if s.name == f"v{s.version}"]
+    kept = sorted((s for s in db.snapshots() if s.name == f"v{s.version}"), key=lambda s: s.version)
     db.close()
+    if spread and len(kept) > spread:
+        end = kept[-1].time
+        wanted = [start + (end - start) * (k + 1) / spread for k in range(spread)]
+        nearest = {min(kept, key=lambda s: abs(s.time - t)).version for t in wanted}
+        kept = [s for s in kept if s.version in nearest]
     rows = []
     for snapshot in kept:
         minute = round((snapshot.time - start) / 60, 1)
