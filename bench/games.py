@@ -13,7 +13,8 @@ the trainer publishes), so the agent judged is the one M minutes of training lef
 games the players rated against NAME (alphazero.py's ``rated_opponent``) before the matches, in six parts by time.
 ``--snapshots NAME=GAMES`` plays every kept ``vN`` snapshot against NAME after the matches (``eval --params vN``),
 each with its minute of the run: the agent's strength over the run, not only at its end; ``--spread K`` plays K
-of them instead, spread evenly over the run's minutes (a long run keeps one every ``keep_every`` versions).
+of them instead, the nearest to K evenly spaced minutes of the run, its end the last (a run keeps every
+``keep_every``-th version, only the newest 50 of them: a 2-hour Go run's from minute 38 on).
 The ratings ``info`` shows at the end (league games and these matches) are printed and stored with the row.
 """
 
