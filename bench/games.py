@@ -51,6 +51,8 @@ def main():
     parser.add_argument("--snapshots", metavar="NAME=GAMES", help="each kept vN snapshot's match against NAME")
     parser.add_argument("--spread", type=int, metavar="K", help="--snapshots of K snapshots spread over the run")
     args = parser.parse_args()
+    if args.spread is not None and args.spread < 1:
+        parser.error(f"--spread {args.spread}: give a number of snapshots, 1 or more, e.g. --spread 6")
     experiment = str(Path(args.experiment).resolve())
     sets = [a for s in args.set for a in ("--set", s)]
     folder = args.keep or tempfile.mkdtemp(prefix="tv-games-")
